@@ -1,0 +1,1 @@
+"""Thin command-line verbs over the library."""

@@ -1,0 +1,24 @@
+"""Options shared by the verbs that load a model, turned into Settings."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from llamadecide.settings import Settings
+
+ModelOption = Annotated[Optional[str], typer.Option("--model", "-m", help="GGUF file, directory or bundled model name (default: bundled SmolLM2-135M-Instruct)")]
+CtxOption = Annotated[Optional[int], typer.Option("--n-ctx", help="Context size in tokens")]
+ThreadsOption = Annotated[Optional[int], typer.Option("--threads", "-t", help="CPU threads")]
+GpuLayersOption = Annotated[Optional[int], typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU (-1: all)")]
+
+
+def settings_from(**overrides: Any) -> Settings:
+    """Settings from the environment, with the flags the user actually passed on top."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)

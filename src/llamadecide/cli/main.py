@@ -1,0 +1,19 @@
+"""The `llamadecide` command."""
+
+from __future__ import annotations
+
+import typer
+
+from llamadecide.cli.decide import decide_command
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="A probability for every declared option, on llama.cpp.")
+app.command("decide")(decide_command)
+
+
+@app.callback()
+def main() -> None:
+    """llamadecide: decisions with probabilities from small GGUF models."""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,90 @@
+"""Rendering prompts with the model's own chat template (GGUF `tokenizer.chat_template`)."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from llamadecide.errors import ModelLoadError, UnsupportedError
+
+_SENTINEL = "\u2063LLAMADECIDE_ANSWER\u2063"
+
+
+def _raise_exception(message: str) -> None:
+    raise UnsupportedError(f"chat template refused the conversation: {message}")
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A compiled Jinja chat template plus the special-token strings it refers to."""
+
+    source: str
+    bos_token: str
+    eos_token: str
+
+    def __post_init__(self) -> None:
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined
+        )
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        try:
+            compiled = env.from_string(self.source)
+        except jinja2.TemplateError as exc:
+            raise ModelLoadError(f"the model's chat template does not compile: {exc}") from exc
+        object.__setattr__(self, "_compiled", compiled)
+
+    def render(
+        self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True
+    ) -> str:
+        try:
+            return self._compiled.render(  # type: ignore[attr-defined]
+                messages=list(messages),
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+                tools=None,
+            )
+        except jinja2.UndefinedError:
+            # Some templates read optional variables; retry with a lenient environment.
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = _raise_exception
+            env.globals["strftime_now"] = _strftime_now
+            return env.from_string(self.source).render(
+                messages=list(messages),
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+
+    def answer_suffix(self) -> str:
+        """The text the template puts right after an assistant reply (e.g. `<|im_end|>\\n`)."""
+        messages = [
+            {"role": "user", "content": "Question?"},
+            {"role": "assistant", "content": _SENTINEL},
+        ]
+        text = self.render(messages, add_generation_prompt=False)
+        at = text.rfind(_SENTINEL)
+        if at < 0:
+            raise ModelLoadError("the chat template drops assistant replies; cannot score answers")
+        return text[at + len(_SENTINEL) :]
+
+    def check_generation_prompt(self) -> None:
+        """Refuse templates that render a conversation differently once a reply is appended,
+        since scoring relies on prompt + answer being what the model would see."""
+        user = [{"role": "user", "content": "Question?"}]
+        opened = self.render(user, add_generation_prompt=True)
+        full = self.render(user + [{"role": "assistant", "content": _SENTINEL}], add_generation_prompt=False)
+        if not full.startswith(opened):
+            raise ModelLoadError(
+                "the chat template's generation prompt is not a prefix of a rendered reply; "
+                "answers cannot be scored in context with this template"
+            )

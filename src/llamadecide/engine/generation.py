@@ -1,0 +1,101 @@
+"""Sampling settings, the llama.cpp sampler chain, and turning a token stream into text with
+stop strings (no partial UTF-8 characters, no stop string ever emitted)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from llama_cpp import _internals as internals
+from llama_cpp.llama_grammar import LlamaGrammar
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 256
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    top_logprobs: int = 0  # 0: none; n > 0: the n most likely tokens at each step
+    logprobs: bool = False
+    grammar: str | None = None  # GBNF text (e.g. from a JSON schema)
+    logit_bias: dict[int, float] = field(default_factory=dict)
+
+
+def build_sampler(model: internals.LlamaModel, params: SamplingParams, default_seed: int) -> internals.LlamaSampler:
+    sampler = internals.LlamaSampler()
+    if params.logit_bias:
+        sampler.add_logit_bias(model.n_vocab(), params.logit_bias)
+    if params.grammar:
+        sampler.add_grammar(model, LlamaGrammar.from_string(params.grammar, verbose=False))
+    if params.repeat_penalty != 1.0 or params.presence_penalty or params.frequency_penalty:
+        sampler.add_penalties(
+            model.n_vocab(), 64, params.repeat_penalty, params.frequency_penalty, params.presence_penalty
+        )
+    if params.temperature <= 0.0:
+        sampler.add_greedy()
+        return sampler
+    if params.top_k > 0:
+        sampler.add_top_k(params.top_k)
+    if params.top_p < 1.0:
+        sampler.add_top_p(params.top_p, 1)
+    if params.min_p > 0.0:
+        sampler.add_min_p(params.min_p, 1)
+    sampler.add_temp(params.temperature)
+    sampler.add_dist(default_seed if params.seed is None else params.seed)
+    return sampler
+
+
+class TextAssembler:
+    """Accumulates token bytes and releases text that is complete UTF-8 and cannot be the
+    beginning of a stop string."""
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self._stop = [s for s in stop if s]
+        self._pending = b""
+        self._held = ""
+        self.stopped = False
+
+    def feed(self, piece: bytes) -> str:
+        if self.stopped:
+            return ""
+        self._pending += piece
+        try:
+            text = self._pending.decode("utf-8")
+            self._pending = b""
+        except UnicodeDecodeError as exc:
+            if exc.start == 0 and len(self._pending) - exc.start < 4:
+                return ""  # an incomplete multi-byte character: wait for the next token
+            text = self._pending[: exc.start].decode("utf-8")
+            self._pending = self._pending[exc.start :]
+        self._held += text
+        for stop in self._stop:
+            at = self._held.find(stop)
+            if at >= 0:
+                self.stopped = True
+                out, self._held = self._held[:at], ""
+                return out
+        keep = self._holdback()
+        out, self._held = self._held[: len(self._held) - keep], self._held[len(self._held) - keep :]
+        return out
+
+    def flush(self) -> str:
+        out = self._held + self._pending.decode("utf-8", errors="replace")
+        self._held, self._pending = "", b""
+        return "" if self.stopped else out
+
+    def _holdback(self) -> int:
+        """Length of the longest tail of the held text that begins some stop string."""
+        best = 0
+        for stop in self._stop:
+            for n in range(min(len(stop) - 1, len(self._held)), 0, -1):
+                if self._held.endswith(stop[:n]):
+                    best = max(best, n)
+                    break
+        return best

@@ -1,0 +1,183 @@
+"""Settings, defined once. They feed environment variables (LLAMADECIDE_*), the AWS llama.cpp
+container's SM_LLAMA_CPP_* variables, a JSON/YAML config file and CLI flags alike.
+
+Precedence, highest first: explicit values (CLI flags), LLAMADECIDE_* variables,
+SM_LLAMA_CPP_* / LLAMA_API_KEY variables, the config file, defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from llamadecide.engine.llama_engine import EngineConfig
+from llamadecide.engine.model_files import resolve_model_path
+
+log = logging.getLogger(__name__)
+
+SM_PREFIX = "SM_LLAMA_CPP_"
+
+# llama-server flag (long or short form, as SM_LLAMA_CPP_FOO_BAR becomes --foo-bar) -> setting.
+SM_FLAG_TO_SETTING: dict[str, str] = {
+    "model": "model",
+    "m": "model",
+    "ctx-size": "n_ctx",
+    "c": "n_ctx",
+    "n-gpu-layers": "n_gpu_layers",
+    "gpu-layers": "n_gpu_layers",
+    "ngl": "n_gpu_layers",
+    "threads": "n_threads",
+    "t": "n_threads",
+    "threads-batch": "n_threads_batch",
+    "tb": "n_threads_batch",
+    "batch-size": "n_batch",
+    "b": "n_batch",
+    "ubatch-size": "n_ubatch",
+    "ub": "n_ubatch",
+    "parallel": "n_seq_max",
+    "np": "n_seq_max",
+    "seed": "seed",
+    "s": "seed",
+    "host": "host",
+    "port": "port",
+    "api-key": "api_key",
+    "flash-attn": "flash_attn",
+    "fa": "flash_attn",
+    "chat-template-file": "chat_template_file",
+    "alias": "model_alias",
+    "no-mmap": "no_mmap",
+}
+
+
+def sm_llama_cpp_flags(environ: Mapping[str, str]) -> dict[str, str | bool]:
+    """The AWS container's rule: SM_LLAMA_CPP_FOO_BAR=value is the flag --foo-bar value;
+    `true` makes a bare flag and `false` drops it."""
+    flags: dict[str, str | bool] = {}
+    for key, value in environ.items():
+        if not key.startswith(SM_PREFIX) or key == SM_PREFIX:
+            continue
+        flag = key[len(SM_PREFIX) :].lower().replace("_", "-")
+        lowered = value.strip().lower()
+        if lowered == "false":
+            continue
+        flags[flag] = True if lowered == "true" else value
+    return flags
+
+
+class _SageMakerSource(PydanticBaseSettingsSource):
+    """SM_LLAMA_CPP_* and LLAMA_API_KEY, mapped onto our settings."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        unknown: list[str] = []
+        for flag, value in sm_llama_cpp_flags(os.environ).items():
+            name = SM_FLAG_TO_SETTING.get(flag)
+            if name is None:
+                unknown.append(flag)
+            else:
+                values[name] = value
+        if unknown:
+            log.warning("ignoring SM_LLAMA_CPP_* flags llamadecide does not use: %s", ", ".join(sorted(unknown)))
+        if "LLAMA_API_KEY" in os.environ and "api_key" not in values:
+            values["api_key"] = os.environ["LLAMA_API_KEY"]
+        return values
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """A JSON or YAML file named by LLAMADECIDE_CONFIG."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("LLAMADECIDE_CONFIG")
+        if not path:
+            return {}
+        text = Path(path).read_text(encoding="utf-8")
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a mapping of settings")
+        return data
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LLAMADECIDE_", extra="forbid", populate_by_name=True)
+
+    # engine
+    model: str | None = Field(None, description="GGUF path, directory, or bundled model name; default: /opt/ml/model, else the bundled SmolLM2-135M-Instruct")
+    model_alias: str | None = Field(None, description="Model name reported to clients (default: the GGUF's general.name)")
+    n_ctx: int = Field(4096, ge=0, description="Context size in tokens (0: the model's training context)")
+    n_batch: int = Field(512, ge=1, description="Logical batch size for prompt evaluation")
+    n_ubatch: int = Field(512, ge=1, description="Physical batch size")
+    n_threads: int | None = Field(None, ge=1, description="CPU threads for generation (default: all cores)")
+    n_threads_batch: int | None = Field(None, ge=1, description="CPU threads for batch evaluation (default: n_threads)")
+    n_gpu_layers: int = Field(0, ge=-1, description="Layers offloaded to the GPU: 0 CPU only, -1 all")
+    n_seq_max: int = Field(0, ge=0, description="KV sequences (options scored at once); 0: llama.cpp's maximum")
+    seed: int = Field(0, description="Sampling seed")
+    flash_attn: bool = Field(False, description="Use flash attention")
+    no_mmap: bool = Field(False, description="Read the model into memory instead of mapping it")
+    chat_template_file: Path | None = Field(None, description="Jinja chat template overriding the GGUF's")
+    verbose: bool = Field(False, description="Print llama.cpp's own logs")
+
+    # server
+    host: str = Field("127.0.0.1", description="Address to listen on")
+    port: int = Field(8000, ge=1, le=65535, description="Port to listen on")
+    api_key: str | None = Field(None, description="Require Authorization: Bearer <key> on /v1 routes")
+    max_body_bytes: int = Field(6_291_456, ge=1024, description="Largest request body accepted (SageMaker's limit)")
+    max_questions: int = Field(400, ge=1, description="Most questions in one decision request")
+    max_options: int = Field(255, ge=2, description="Most options in one question")
+    max_tokens: int = Field(2048, ge=1, description="Most tokens one completion may generate")
+    queue_size: int = Field(64, ge=1, description="Requests that may wait for the engine before 503")
+    probability_log: Path | None = Field(None, description="Append one JSON line per answer to this file")
+    profiles_dir: Path | None = Field(None, description="Directory of calibration profiles (JSON)")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            _SageMakerSource(settings_cls),
+            _ConfigFileSource(settings_cls),
+        )
+
+    def model_path(self) -> Path:
+        return resolve_model_path(self.model)
+
+    def engine_config(self) -> EngineConfig:
+        template = self.chat_template_file.read_text(encoding="utf-8") if self.chat_template_file else None
+        return EngineConfig(
+            model_path=self.model_path(),
+            n_ctx=self.n_ctx,
+            n_batch=self.n_batch,
+            n_ubatch=self.n_ubatch,
+            n_threads=self.n_threads,
+            n_threads_batch=self.n_threads_batch,
+            n_gpu_layers=self.n_gpu_layers,
+            n_seq_max=self.n_seq_max,
+            seed=self.seed,
+            flash_attn=self.flash_attn,
+            use_mmap=not self.no_mmap,
+            chat_template=template,
+            verbose=self.verbose,
+        )
