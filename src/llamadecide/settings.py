@@ -50,8 +50,10 @@ SM_FLAG_TO_SETTING: dict[str, str] = {
     "flash-attn": "flash_attn",
     "fa": "flash_attn",
     "chat-template-file": "chat_template_file",
+    "chat-template": "chat_template",
     "alias": "model_alias",
     "no-mmap": "no_mmap",
+    "repack": "repack",
 }
 
 
@@ -130,7 +132,9 @@ class Settings(BaseSettings):
     seed: int = Field(0, description="Sampling seed")
     flash_attn: bool = Field(False, description="Use flash attention")
     no_mmap: bool = Field(False, description="Read the model into memory instead of mapping it")
+    repack: bool = Field(False, description="Use llama.cpp's repacked CPU weight layouts (batch-size-dependent numerics)")
     chat_template_file: Path | None = Field(None, description="Jinja chat template overriding the GGUF's")
+    chat_template: str | None = Field(None, description="Built-in template (chatml, gemma) overriding the GGUF's")
     verbose: bool = Field(False, description="Print llama.cpp's own logs")
 
     # server
@@ -165,7 +169,7 @@ class Settings(BaseSettings):
         return resolve_model_path(self.model)
 
     def engine_config(self) -> EngineConfig:
-        template = self.chat_template_file.read_text(encoding="utf-8") if self.chat_template_file else None
+        template = self.chat_template_file.read_text(encoding="utf-8") if self.chat_template_file else self.chat_template
         return EngineConfig(
             model_path=self.model_path(),
             n_ctx=self.n_ctx,
@@ -178,6 +182,7 @@ class Settings(BaseSettings):
             seed=self.seed,
             flash_attn=self.flash_attn,
             use_mmap=not self.no_mmap,
+            repack=self.repack,
             chat_template=template,
             verbose=self.verbose,
         )

@@ -13,6 +13,25 @@ from llamadecide.errors import ModelLoadError, UnsupportedError
 
 _SENTINEL = "\u2063LLAMADECIDE_ANSWER\u2063"
 
+# Templates for GGUFs that carry none (base models). Chosen by architecture, or by name.
+BUILTIN_TEMPLATES: dict[str, str] = {
+    "chatml": (
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    ),
+    "gemma": (
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set prefix = messages[0]['content'] + '\n\n' %}"
+        "{% set turns = messages[1:] %}{% else %}{% set prefix = '' %}{% set turns = messages %}{% endif %}"
+        "{% for message in turns %}<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+        "{{ prefix if loop.first else '' }}{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
+        "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+    ),
+}
+
+
+def builtin_template_for(architecture: str) -> str:
+    return "gemma" if architecture.startswith("gemma") else "chatml"
+
 
 def _raise_exception(message: str) -> None:
     raise UnsupportedError(f"chat template refused the conversation: {message}")

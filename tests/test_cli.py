@@ -1,0 +1,50 @@
+import json
+
+from typer.testing import CliRunner
+
+from llamadecide.cli.main import app
+
+runner = CliRunner()
+TICKET = "I was charged twice for my subscription this month and I want a refund."
+
+
+def test_decide_json_on_the_bundled_model():
+    result = runner.invoke(
+        app, ["decide", TICKET, "-q", "Which team?", "-o", "billing", "-o", "technical support", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert [p["value"] for p in payload["probabilities"]] == ["billing", "technical support"]
+    assert abs(sum(p["probability"] for p in payload["probabilities"]) - 1) < 1e-9
+    assert payload["prompt_format"] == "llamadecide-1"
+    assert payload["choice"] in ("billing", "technical support")
+
+
+def test_decide_table_shows_every_option():
+    result = runner.invoke(app, ["decide", TICKET, "-q", "Which team?", "-o", "billing", "-o", "sales", "-o", "legal"])
+    assert result.exit_code == 0, result.output
+    for option in ("billing", "sales", "legal", "confidence", "label mass"):
+        assert option in result.output
+
+
+def test_predicate_and_score_from_the_cli():
+    result = runner.invoke(app, ["decide", TICKET, "-q", "The customer wants money back", "--type", "predicate", "--json"])
+    assert result.exit_code == 0, result.output
+    assert 0 < json.loads(result.output)["probability"] < 1
+    result = runner.invoke(app, ["decide", TICKET, "-q", "How urgent?", "--type", "score", "-o", "low", "-o", "high", "--json"])
+    assert result.exit_code == 0, result.output
+    assert 0 <= json.loads(result.output)["score"] <= 1
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback():
+    for args, message in [
+        (["decide", TICKET, "-q", "Which?", "-o", "only"], "at least 2 options"),
+        (["decide", TICKET, "-q", "Which?", "-o", "a", "-o", "a"], "duplicate option"),
+        (["decide", "  ", "-q", "Which?", "-o", "a", "-o", "b"], "state"),
+        (["decide", TICKET, "-q", "Which?", "-o", "a", "-o", "b", "--model", "/nonexistent.gguf"], "not found"),
+        (["decide", TICKET, "-q", "Which?", "--type", "vote"], "unknown --type"),
+    ]:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
+        assert "Traceback" not in result.output

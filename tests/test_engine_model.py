@@ -1,0 +1,96 @@
+"""The engine with the real bundled model: template, tokens, generation, errors."""
+
+import pytest
+
+from llamadecide.engine import Engine, EngineConfig, GenerationResult, SamplingParams, TokenEvent
+from llamadecide.errors import ContextOverflowError, InvalidRequestError, ModelLoadError
+
+
+def chat(engine, text):
+    return engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": text}]))
+
+
+def generate(engine, prompt, **params):
+    items = list(engine.generate(prompt, SamplingParams(**params)))
+    text = "".join(i.text for i in items if isinstance(i, TokenEvent))
+    result = items[-1]
+    assert isinstance(result, GenerationResult)
+    return text, result, [i for i in items if isinstance(i, TokenEvent)]
+
+
+def test_end_of_answer_marker_comes_from_the_template(engine):
+    assert engine.detokenize(engine.end_of_answer, special=True) == "<|im_end|>"
+    assert engine.is_end_of_generation(engine.end_of_answer[-1])
+
+
+def test_prompt_uses_the_models_chat_template(engine):
+    text = engine.render_chat([{"role": "user", "content": "hi"}])
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_greedy_generation_is_deterministic_and_bounded(engine):
+    prompt = chat(engine, "Name three colours.")
+    first, result, tokens = generate(engine, prompt, max_tokens=12, temperature=0.0)
+    second, _, _ = generate(engine, prompt, max_tokens=12, temperature=0.0)
+    assert first == second and first.strip()
+    assert result.completion_tokens <= 12 and result.prompt_tokens == len(prompt)
+    assert result.finish_reason in ("stop", "length")
+
+
+def test_seeded_sampling_repeats(engine):
+    prompt = chat(engine, "Write a word.")
+    a, _, _ = generate(engine, prompt, max_tokens=8, temperature=1.0, seed=123)
+    b, _, _ = generate(engine, prompt, max_tokens=8, temperature=1.0, seed=123)
+    assert a == b
+
+
+def test_stop_string_ends_generation_without_emitting_it(engine):
+    prompt = chat(engine, "Count from 1 to 10 separated by commas.")
+    full, _, _ = generate(engine, prompt, max_tokens=40, temperature=0.0)
+    assert "4" in full
+    cut, result, _ = generate(engine, prompt, max_tokens=40, temperature=0.0, stop=("4",))
+    assert "4" not in cut and full.startswith(cut) and result.finish_reason == "stop"
+
+
+def test_logprobs_are_reported(engine):
+    _, _, tokens = generate(engine, chat(engine, "Say yes."), max_tokens=3, temperature=0.0, top_logprobs=3, logprobs=True)
+    first = tokens[0]
+    assert first.logprob is not None and first.logprob <= 0
+    assert len(first.top_logprobs) == 3 and first.top_logprobs[0][0] == first.token  # greedy picks the top
+
+
+def test_prompt_cache_is_reused_between_calls(engine):
+    prompt = chat(engine, "Tell me about the sea.")
+    generate(engine, prompt, max_tokens=2, temperature=0.0)
+    _, result, _ = generate(engine, prompt, max_tokens=2, temperature=0.0)
+    assert result.cached_tokens == len(prompt) - 1
+
+
+def test_context_overflow_is_refused(engine):
+    with pytest.raises(ContextOverflowError):
+        engine.generate([1] * (engine.n_ctx + 5), SamplingParams())
+    with pytest.raises(ContextOverflowError):
+        engine.score_continuations([1] * engine.n_ctx, [[2, 3]])
+
+
+def test_empty_inputs_are_refused(engine):
+    with pytest.raises(InvalidRequestError):
+        engine.score_continuations([], [[1]])
+    with pytest.raises(InvalidRequestError):
+        engine.score_continuations([1, 2], [[]])
+
+
+def test_options_beyond_the_sequence_limit_are_grouped(engine):
+    small = Engine(EngineConfig(model_path=engine.model_path, n_ctx=1024, n_seq_max=4))
+    prefix = chat(small, "Pick a number.")
+    continuations = [small.tokenize(str(i)) + small.end_of_answer for i in range(10)]
+    grouped = small.score_continuations(prefix, continuations)
+    for continuation, scores in zip(continuations, grouped):
+        assert scores[0] == pytest.approx(small.score_naive(prefix + continuation, len(prefix))[0], abs=1e-6)
+
+
+def test_a_file_that_is_not_gguf_is_a_typed_error(tmp_path):
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"not a model")
+    with pytest.raises(ModelLoadError):
+        Engine(EngineConfig(model_path=bogus))

