@@ -2,10 +2,31 @@ from __future__ import annotations
 
 import pytest
 
+import sys
+from pathlib import Path
+
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")
 def engine() -> Engine:
     """The real engine on the bundled SmolLM2-135M-Instruct GGUF, shared by the session."""
     return Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=4096, seed=0))
+
+
+API_KEY = "test-key-0123456789"
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """A real server with the bundled model, an API key and a probability log."""
+    from server_utils import ServerProcess
+
+    log_dir = tmp_path_factory.mktemp("server")
+    process = ServerProcess("--api-key", API_KEY, "--probability-log", str(log_dir / "probabilities.jsonl"),
+                            env={"LLAMADECIDE_QUEUE_SIZE": "16", "LLAMADECIDE_MAX_BODY_BYTES": "262144"}, log_dir=log_dir)
+    process.probability_log = log_dir / "probabilities.jsonl"
+    with process:
+        yield process

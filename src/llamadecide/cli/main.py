@@ -5,9 +5,11 @@ from __future__ import annotations
 import typer
 
 from llamadecide.cli.decide import decide_command
+from llamadecide.cli.serve import serve_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A probability for every declared option, on llama.cpp.")
 app.command("decide")(decide_command)
+app.command("serve")(serve_command)
 
 
 @app.callback()

@@ -159,7 +159,8 @@ class Decider:
                 cursor += 1
             answers.append(_answer(item.question, totals, lengths, rule))
         distinct = shared + _distinct_prefixes(continuations)
-        return Decision(answers, distinct, shared, time.perf_counter() - began)
+        cached = int(getattr(self.engine, "last_reused_tokens", 0))
+        return Decision(answers, distinct, shared, time.perf_counter() - began, {"cached_tokens": cached})
 
     def decide_naive(self, state: Any, question: Question, *, scoring: Scoring | None = None) -> Answer:
         """Reference path: one full evaluation from scratch per option. Slow; for checks and the

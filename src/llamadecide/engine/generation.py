@@ -6,8 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import json
+from typing import Any
+
 from llama_cpp import _internals as internals
-from llama_cpp.llama_grammar import LlamaGrammar
+from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+
+from llamadecide.errors import InvalidRequestError
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,16 @@ class SamplingParams:
     logprobs: bool = False
     grammar: str | None = None  # GBNF text (e.g. from a JSON schema)
     logit_bias: dict[int, float] = field(default_factory=dict)
+
+
+def json_grammar(schema: dict[str, Any] | None = None) -> str:
+    """GBNF that admits any JSON object (schema None) or documents matching a JSON schema."""
+    if schema is None:
+        return JSON_GBNF
+    try:
+        return json_schema_to_gbnf(json.dumps(schema))
+    except Exception as exc:  # the converter raises plain exceptions for unsupported schema features
+        raise InvalidRequestError(f"unsupported JSON schema: {exc}", param="response_format.json_schema") from exc
 
 
 def build_sampler(model: internals.LlamaModel, params: SamplingParams, default_seed: int) -> internals.LlamaSampler:

@@ -153,9 +153,10 @@ class Engine:
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
         self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
         self._cached: list[int] = []  # tokens held by sequence 0
+        self.last_reused_tokens = 0  # prompt tokens the last scoring call took from the cache
 
         self.metadata = self._model.metadata()
-        self.model_name = self.metadata.get("general.name") or path.stem
+        self.model_name = path.stem  # what clients see; GGUF general.name is often a training-run label
         self.bos_id = self._model.token_bos()
         self.eos_id = self._model.token_eos()
         self._add_bos = bool(self._model.add_bos_token()) and self.bos_id >= 0
@@ -306,7 +307,7 @@ class Engine:
         longest = max(len(c) for c in continuations)
         self._check_fits(len(prefix) + longest, "the prompt with its longest answer")
         with self._lock:
-            self._prepare_prefix(prefix[:-1])
+            self.last_reused_tokens = self._prepare_prefix(prefix[:-1])
             budget = self.n_ctx - (len(prefix) - 1)
             groups = plan_groups(continuations, max_members=self.n_seq_max - 1, max_nodes=budget)
             results: list[np.ndarray] = [np.empty(0)] * len(continuations)

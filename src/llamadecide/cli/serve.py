@@ -1,0 +1,32 @@
+"""`llamadecide serve`: the HTTP server."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Optional
+
+import typer
+
+from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, settings_from
+
+
+def serve_command(
+    model: ModelOption = None,
+    host: Annotated[Optional[str], typer.Option("--host", help="Address to listen on (default 127.0.0.1)")] = None,
+    port: Annotated[Optional[int], typer.Option("--port", "-p", help="Port (default 8000)")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Require Authorization: Bearer KEY on /v1 routes", envvar=None)] = None,
+    n_ctx: CtxOption = None,
+    threads: ThreadsOption = None,
+    n_gpu_layers: GpuLayersOption = None,
+    probability_log: Annotated[Optional[str], typer.Option("--probability-log", help="Append one JSON line per answer to this file")] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
+) -> None:
+    """Serve OpenAI-compatible chat, /v1/decisions, /v1/systemone and the SageMaker routes."""
+    import uvicorn
+
+    from llamadecide.server import create_app
+
+    settings = settings_from(model=model, host=host, port=port, api_key=api_key, n_ctx=n_ctx, n_threads=threads,
+                             n_gpu_layers=n_gpu_layers, probability_log=probability_log)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level, access_log=False)

@@ -1,0 +1,1 @@
+"""The SageMaker edge: /ping, /invocations, the SM_* environment, the serving entrypoint."""

@@ -1,0 +1,115 @@
+"""The FastAPI app factory. App state lives on `app.state`, built in the lifespan; the model
+loads in the background so /ping can answer (503, then 200) while it does."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Callable
+
+from fastapi import Depends, FastAPI
+
+from llamadecide.decisions import Decider
+from llamadecide.engine import Engine
+from llamadecide.errors import ModelLoadError
+from llamadecide.server.auth import check_key
+from llamadecide.server.chat_serving import ChatServing
+from llamadecide.server.decision_serving import DecisionServing
+from llamadecide.server.errors import install_error_handlers
+from llamadecide.server.metrics import Metrics, MetricsMiddleware
+from llamadecide.server.middleware import BodyMiddleware
+from llamadecide.server.problog import ProbabilityLog
+from llamadecide.server.routes import router
+from llamadecide.server.scheduler import EngineScheduler
+from llamadecide.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    engine: Engine
+    model_name: str
+    decisions: DecisionServing
+    chat: ChatServing
+
+
+class Runtime:
+    """Everything a request needs, attached to app.state.runtime."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.scheduler = EngineScheduler(settings.queue_size)
+        self.metrics = Metrics(lambda: self.scheduler.depth)
+        self.problog = ProbabilityLog(settings.probability_log) if settings.probability_log else None
+        self.services: Services | None = None
+        self.load_error: str | None = None
+
+    def attach(self, engine: Engine) -> None:
+        name = self.settings.model_alias or engine.model_name
+        decisions = DecisionServing(Decider(engine), model_name=name, max_questions=self.settings.max_questions,
+                                    max_options=self.settings.max_options)
+        chat = ChatServing(engine, self.scheduler, model_name=name, max_tokens=self.settings.max_tokens)
+        self.services = Services(engine, name, decisions, chat)
+
+    def ready(self) -> Services:
+        if self.services is None:
+            detail = f": {self.load_error}" if self.load_error else " yet"
+            raise ModelLoadError(f"the model is not loaded{detail}")
+        return self.services
+
+
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None,
+               engine_factory: Callable[[Settings], Engine] | None = None) -> FastAPI:
+    """`engine` serves a model already loaded (tests); otherwise `engine_factory` (default:
+    Engine(settings.engine_config())) runs in the background at start-up."""
+    settings = settings or Settings()
+    runtime = Runtime(settings)
+    factory = engine_factory or (lambda s: Engine(s.engine_config()))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        task = None
+        if engine is not None:
+            runtime.attach(engine)
+        else:
+            async def load() -> None:
+                try:
+                    loaded = await asyncio.get_running_loop().run_in_executor(None, factory, settings)
+                    runtime.attach(loaded)
+                    log.info("model loaded: %s", loaded.model_path)
+                except Exception as exc:  # reported by /ping and every route, never raised into the loop
+                    runtime.load_error = str(exc)
+                    log.exception("model failed to load")
+
+            task = asyncio.create_task(load())
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+            runtime.scheduler.shutdown()
+            if runtime.problog:
+                runtime.problog.close()
+
+    app = FastAPI(title="llamadecide", version=_version(), lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app.state.settings = settings
+    app.state.runtime = runtime
+    install_error_handlers(app)
+
+    app.include_router(router, dependencies=[Depends(check_key)])
+    from llamadecide.sagemaker.routes import router as sagemaker_router  # reuses this module's handlers
+
+    app.include_router(sagemaker_router)
+    # Added last runs first: metrics see every response, the body limit's 413s included.
+    app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=runtime.metrics)
+    return app
+
+
+def _version() -> str:
+    from llamadecide import __version__
+
+    return __version__

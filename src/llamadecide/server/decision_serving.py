@@ -1,0 +1,226 @@
+"""Decisions over HTTP, testable without it: validate and convert a wire request into the
+decisions library's questions, run it on the engine thread, format the answers.
+Both wire formats share this class and so the engine path."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from llamadecide.decisions import Answer, Decider, Decision, Question, Scoring, choice, predicate, score
+from llamadecide.errors import InvalidRequestError, UnsupportedError
+from llamadecide.server.protocol import decisions as oa
+from llamadecide.server.protocol import systemone as so
+from llamadecide.server.protocol.common import Extension
+
+DEFAULT_INSTRUCTIONS = {
+    "choice": "Which option best describes the input?",
+    "score": "Which level best describes the input?",
+    "noul": "Does the input match the description of the true outcome?",
+}
+
+
+@dataclass
+class Prepared:
+    state: Any
+    questions: list[Question]
+    names: list[str | None]
+    scoring: Scoring
+    extension: Extension | None
+
+
+def content_text(content: Any) -> str:
+    """System One content: text as is, JSON values as JSON text."""
+    return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+
+
+def _part_text(part: Any, where: str) -> str:
+    if isinstance(part, (oa.InputText, oa.OutputText)):
+        return part.text
+    if isinstance(part, oa.InputJSON):
+        return json.dumps(part.data, ensure_ascii=False, indent=2)
+    if isinstance(part, oa.Refusal):
+        return f"[refused: {part.refusal}]"
+    if isinstance(part, oa.InputImage):
+        raise UnsupportedError("image input is not supported: this server runs a text-only model", param=where)
+    raise InvalidRequestError(f"unsupported content part {type(part).__name__}", param=where)
+
+
+def _content(content: str | list, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(_part_text(part, f"{where}[{j}]") for j, part in enumerate(content))
+
+
+def render_openai_input(value: str | list) -> str:
+    """The `input` of a Decisions request as the text the model reads. A string, or a list of
+    user messages, is the plain text (so both spellings give the same prompt); a conversation
+    with other roles or tool items becomes a transcript with one labelled block per item."""
+    if isinstance(value, str):
+        return value
+    if all(isinstance(item, oa.Message) and item.role == "user" for item in value):
+        return "\n\n".join(_content(item.content, f"input[{i}].content") for i, item in enumerate(value))
+    calls: set[str] = set()
+    blocks: list[str] = []
+    for i, item in enumerate(value):
+        where = f"input[{i}]"
+        if isinstance(item, oa.Message):
+            blocks.append(f"{item.role}: {_content(item.content, where + '.content')}")
+        elif isinstance(item, (oa.FunctionCall, oa.CustomToolCall)):
+            calls.add(item.call_id)
+            payload = item.arguments if isinstance(item, oa.FunctionCall) else item.input
+            blocks.append(f"tool call {item.name} (id {item.call_id}): {payload}")
+        else:
+            if item.call_id not in calls:
+                raise InvalidRequestError(f"tool output for call id {item.call_id!r} has no matching call before it",
+                                          param=f"{where}.call_id")
+            output = item.output if isinstance(item.output, str) else _content(item.output, where + ".output")
+            blocks.append(f"tool output (id {item.call_id}): {output}")
+    return "\n\n".join(blocks)
+
+
+def _named(build: Callable[[], Question], where: str) -> Question:
+    try:
+        return build()
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(exc.message, param=where) from exc
+
+
+class DecisionServing:
+    def __init__(self, decider: Decider, *, model_name: str, max_questions: int, max_options: int,
+                 profiles: Callable[[str], None] | None = None) -> None:
+        self.decider = decider
+        self.model_name = model_name
+        self.max_questions = max_questions
+        self.max_options = max_options
+        self.profiles = profiles
+
+    # -- validate and convert ---------------------------------------------------------------
+
+    def _limits(self, count: int, option_counts: Sequence[int]) -> None:
+        if count > self.max_questions:
+            raise InvalidRequestError(f"at most {self.max_questions} questions per request, got {count}", param="questions")
+        for i, n in enumerate(option_counts):
+            if n > self.max_options:
+                raise InvalidRequestError(f"at most {self.max_options} options per question, got {n}", param=f"questions[{i}]")
+
+    def _scoring(self, extension: Extension | None) -> Scoring:
+        if extension and extension.profile:
+            if self.profiles is None:
+                raise InvalidRequestError(f"unknown calibration profile {extension.profile!r}: no profiles are loaded",
+                                          param="llamadecide.profile")
+            self.profiles(extension.profile)
+        return Scoring(length_normalize=bool(extension and extension.length_normalize))
+
+    def prepare_openai(self, request: oa.DecisionRequest) -> Prepared:
+        counts = [len(q.choices) if isinstance(q, oa.ChoiceQuestion) else len(q.levels) if isinstance(q, oa.ScoreQuestion) else 2
+                  for q in request.questions]
+        self._limits(len(request.questions), counts)
+        ext = request.llamadecide
+        state = render_openai_input(request.input)
+        questions: list[Question] = []
+        for i, q in enumerate(request.questions):
+            where = f"questions[{i}]"
+            text = _content(q.instructions, f"{where}.instructions")
+            mode = ext.mode if ext and ext.mode else None
+            if isinstance(q, oa.PredicateQuestion):
+                questions.append(_named(lambda: predicate(text, name=q.name, mode=mode or "text"), where))
+            elif isinstance(q, oa.ChoiceQuestion):
+                items = [(c.value, c.description) for c in q.choices]
+                questions.append(_named(lambda: choice(text, items, name=q.name, mode=mode or "text"), where))
+            else:
+                levels = [(lv.label, lv.description) for lv in q.levels]
+                questions.append(_named(lambda: score(text, levels, name=q.name, mode=mode or "labels"), where))
+        return Prepared(state, questions, [q.name for q in request.questions], self._scoring(ext), ext)
+
+    def prepare_systemone(self, request: so.SystemOneRequest) -> tuple[Prepared, list[str], dict[str, list]]:
+        if request.images or request.assets:
+            raise UnsupportedError("image input is not supported: this server runs a text-only model", param="images")
+        ids = list(request.questions)
+        counts = [len(q.criteria) if isinstance(q, (so.ChoiceQuestion, so.ScoreQuestion)) else 2 for q in request.questions.values()]
+        self._limits(len(ids), counts)
+        ext = request.llamadecide
+        mode = ext.mode if ext and ext.mode else None
+        questions: list[Question] = []
+        legends: dict[str, list] = {}
+        for qid, q in request.questions.items():
+            where = f"questions.{qid}"
+            if isinstance(q, so.BoxQuestion):
+                raise UnsupportedError("box questions locate things in images; this server runs a text-only model", param=where)
+            text = content_text(q.instructions) if q.instructions is not None else None
+            if isinstance(q, so.NoulQuestion):
+                criteria = q.criteria or so.NoulCriteria()
+                if text is None and criteria.true is None and criteria.false is None:
+                    raise InvalidRequestError("a noul question needs instructions or a described outcome", param=where)
+                true_d = content_text(criteria.true) if criteria.true is not None else None
+                false_d = content_text(criteria.false) if criteria.false is not None else None
+                questions.append(_named(lambda: predicate(text or DEFAULT_INSTRUCTIONS["noul"], name=qid, true_description=true_d,
+                                                          false_description=false_d, mode=mode or "text"), where))
+            elif isinstance(q, so.ChoiceQuestion):
+                items = [(key, content_text(d) if d is not None else None) for key, d in q.criteria.items()]
+                questions.append(_named(lambda: choice(text or DEFAULT_INSTRUCTIONS["choice"], items, name=qid, mode=mode or "text"), where))
+            else:
+                legends[qid] = list(q.criteria)
+                levels = [(content_text(c), None) for c in q.criteria]
+                questions.append(_named(lambda: score(text or DEFAULT_INSTRUCTIONS["score"], levels, name=qid, mode=mode or "labels"), where))
+        return Prepared(request.state, questions, ids, self._scoring(ext), ext), ids, legends
+
+    # -- run ----------------------------------------------------------------------------------
+
+    def run(self, prepared: Prepared) -> Decision:
+        return self.decider.decide(prepared.state, prepared.questions, scoring=prepared.scoring)
+
+    # -- format -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _extension_fields(answer: Answer, ext: Extension | None) -> dict[str, Any]:
+        fields: dict[str, Any] = {"label_mass": answer.label_mass, "prompt_format": answer.prompt_format, "calibrated": False}
+        if ext and ext.threshold is not None:
+            fields["action"] = "auto" if answer.confidence >= ext.threshold else "escalate"
+        return fields
+
+    @staticmethod
+    def _usage_openai(decision: Decision) -> dict[str, Any]:
+        cached = decision.extra.get("cached_tokens", 0)
+        return {
+            "input_tokens": decision.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+            "output_tokens": 0,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": decision.prompt_tokens,
+        }
+
+    def format_openai(self, prepared: Prepared, decision: Decision) -> dict[str, Any]:
+        answers = []
+        for answer, name in zip(decision.answers, prepared.names):
+            body: dict[str, Any] = {"type": answer.question.type, "name": name}
+            if answer.question.type == "predicate":
+                body["probability"] = answer.probability
+            elif answer.question.type == "choice":
+                body.update(choice=answer.choice, confidence=answer.confidence,
+                            probabilities=[{"value": o.value, "probability": o.probability} for o in answer.options])
+            else:
+                body.update(score=answer.score, confidence=answer.confidence,
+                            probabilities=[{"value": o.value, "label": q.text, "probability": o.probability}
+                                           for o, q in zip(answer.options, answer.question.options)])
+            body.update(self._extension_fields(answer, prepared.extension))
+            answers.append(body)
+        return {"object": "decision", "model": self.model_name, "answers": answers, "usage": self._usage_openai(decision)}
+
+    def format_systemone(self, prepared: Prepared, ids: list[str], legends: dict[str, list], decision: Decision) -> dict[str, Any]:
+        answers: dict[str, Any] = {}
+        for qid, answer in zip(ids, decision.answers):
+            if answer.question.type == "predicate":
+                body: dict[str, Any] = {"type": "noul", "noul": answer.probability}
+            elif answer.question.type == "choice":
+                body = {"type": "choice", "choice": answer.choice, "confidence": answer.confidence,
+                        "probabilities": {str(o.value): o.probability for o in answer.options}}
+            else:
+                body = {"type": "score", "score": answer.score, "confidence": answer.confidence,
+                        "legend": {str(i): level for i, level in enumerate(legends[qid])},
+                        "probabilities": {str(o.value): o.probability for o in answer.options}}
+            body.update(self._extension_fields(answer, prepared.extension))
+            answers[qid] = body
+        return {"model": self.model_name, "answers": answers,
+                "usage": {"input_tokens": decision.prompt_tokens, "output_tokens": 0}}

@@ -1,0 +1,50 @@
+"""The probability log: one JSON line per answer, appended under a lock (one write call per line,
+O_APPEND), so concurrent requests never interleave. Holds no request headers, hence no API key."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from llamadecide.decisions import Answer
+
+
+class ProbabilityLog:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, *, request_id: str, route: str, model: str, model_sha256: str, answers: list[Answer],
+              seconds: float, names: list[str | None]) -> None:
+        now = time.time()
+        lines = []
+        for answer, name in zip(answers, names):
+            record = {
+                "time": now,
+                "request_id": request_id,
+                "route": route,
+                "model": model,
+                "model_sha256": model_sha256,
+                "prompt_format": answer.prompt_format,
+                "question": {"name": name, "type": answer.question.type, "instructions": answer.question.instructions,
+                             "mode": answer.question.mode},
+                "options": [o.value for o in answer.options],
+                "probabilities": answer.probabilities,
+                "logprobs": [o.logprob for o in answer.options],
+                "chosen": answer.choice,
+                "confidence": answer.confidence,
+                "label_mass": answer.label_mass,
+                "latency_ms": round(seconds * 1000, 3),
+            }
+            lines.append(json.dumps(record, ensure_ascii=False, default=str))
+        data = ("\n".join(lines) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, data)
+
+    def close(self) -> None:
+        os.close(self._fd)

@@ -1,0 +1,1 @@
+"""Wire schemas (pydantic models only)."""

@@ -1,0 +1,136 @@
+"""HTTP routes: thin. Each parses its body, calls a serving class, formats the response."""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+
+from llamadecide.decisions import Decision
+from llamadecide.server.decision_serving import Prepared
+from llamadecide.server.protocol.chat import ChatCompletionRequest, CompletionRequest
+from llamadecide.server.protocol.decisions import DecisionRequest
+from llamadecide.server.protocol.systemone import SystemOneRequest
+
+router = APIRouter()
+
+
+def _runtime(request: Request):
+    return request.app.state.runtime
+
+
+def _record(request: Request, route: str, prepared: Prepared, decision: Decision) -> None:
+    runtime = _runtime(request)
+    services = runtime.ready()
+    runtime.metrics.tokens.labels("scored").inc(decision.prompt_tokens)
+    for answer in decision.answers:
+        runtime.metrics.answers.labels(answer.question.type).inc()
+    if runtime.problog:
+        runtime.problog.write(request_id=request.scope["state"]["request_id"], route=route, model=services.model_name,
+                              model_sha256=services.engine.model_sha256, answers=decision.answers,
+                              seconds=decision.seconds, names=prepared.names)
+
+
+async def handle_decisions(request: Request, body: DecisionRequest) -> dict:
+    services = _runtime(request).ready()
+    prepared = services.decisions.prepare_openai(body)
+    decision = await _runtime(request).scheduler.run(services.decisions.run, prepared)
+    _record(request, "/v1/decisions", prepared, decision)
+    return services.decisions.format_openai(prepared, decision)
+
+
+async def handle_systemone(request: Request, body: SystemOneRequest) -> dict:
+    services = _runtime(request).ready()
+    prepared, ids, legends = services.decisions.prepare_systemone(body)
+    decision = await _runtime(request).scheduler.run(services.decisions.run, prepared)
+    _record(request, "/v1/systemone", prepared, decision)
+    return services.decisions.format_systemone(prepared, ids, legends, decision)
+
+
+async def handle_chat(request: Request, body: ChatCompletionRequest) -> Response:
+    runtime = _runtime(request)
+    chat = runtime.ready().chat
+    prompt, params = chat.prepare_chat(body)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(chat.chat_sse(prompt, params, include_usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    generated = await chat.complete(prompt, params)
+    _count_generation(runtime, generated)
+    return JSONResponse(chat.chat_response(generated, params))
+
+
+async def handle_completion(request: Request, body: CompletionRequest) -> Response:
+    runtime = _runtime(request)
+    chat = runtime.ready().chat
+    prompt, params = chat.prepare_completion(body)
+    if body.stream:
+        from llamadecide.errors import UnsupportedError
+
+        raise UnsupportedError("streaming text completions are not supported; use /v1/chat/completions", param="stream")
+    generated = await chat.complete(prompt, params)
+    _count_generation(runtime, generated)
+    return JSONResponse(chat.completion_response(generated, params))
+
+
+def _count_generation(runtime, generated) -> None:
+    if generated.result:
+        runtime.metrics.tokens.labels("prompt").inc(generated.result.prompt_tokens)
+        runtime.metrics.tokens.labels("completion").inc(generated.result.completion_tokens)
+
+
+@router.post("/v1/decisions")
+async def decisions(request: Request, body: DecisionRequest) -> dict:
+    return await handle_decisions(request, body)
+
+
+@router.post("/v1/systemone")
+async def systemone(request: Request, body: SystemOneRequest) -> dict:
+    return await handle_systemone(request, body)
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request, body: ChatCompletionRequest) -> Response:
+    return await handle_chat(request, body)
+
+
+@router.post("/v1/completions")
+async def completions(request: Request, body: CompletionRequest) -> Response:
+    return await handle_completion(request, body)
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> dict:
+    services = _runtime(request).ready()
+    engine = services.engine
+    created = int(engine.model_path.stat().st_mtime)
+    return {
+        "object": "list",
+        "data": [{"id": services.model_name, "object": "model", "created": created, "owned_by": "llamadecide",
+                  "meta": {"file": engine.model_path.name, "n_ctx": engine.n_ctx, "n_gpu_layers": engine.n_gpu_layers,
+                           "chat_template": engine.chat_template_origin}}],
+        # The same list in TypeSafe's shape, so both SDKs read this route.
+        "models": [{"name": services.model_name, "description": f"{engine.model_path.name} on llama.cpp",
+                    "release_date": time.strftime("%Y-%m-%d", time.gmtime(created))}],
+    }
+
+
+@router.get("/health")
+async def health(request: Request) -> JSONResponse:
+    runtime = _runtime(request)
+    if runtime.services is not None:
+        return JSONResponse({"status": "ok", "model": runtime.services.model_name, "queue_depth": runtime.scheduler.depth})
+    status = "error" if runtime.load_error else "loading"
+    return JSONResponse({"status": status, "error": runtime.load_error}, status_code=503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(_runtime(request).metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+@router.get("/", response_class=HTMLResponse)
+async def playground() -> HTMLResponse:
+    return HTMLResponse(resources.files("llamadecide.server").joinpath("static/playground.html").read_text(encoding="utf-8"))
