@@ -22,7 +22,7 @@ API_KEY = "test-key-0123456789"
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     """A real server with the bundled model, an API key and a probability log."""
-    from server_utils import ServerProcess
+    from llamadecide.bench.server_process import ServerProcess
 
     log_dir = tmp_path_factory.mktemp("server")
     process = ServerProcess("--api-key", API_KEY, "--probability-log", str(log_dir / "probabilities.jsonl"),

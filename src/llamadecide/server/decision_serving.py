@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from llamadecide.decisions import Answer, Decider, Decision, Question, Scoring, choice, predicate, score
+from llamadecide.decisions import PROMPT_FORMAT_VERSION, Answer, Decider, Decision, Question, Scoring, choice, predicate, score
 from llamadecide.errors import InvalidRequestError, UnsupportedError
 from llamadecide.server.protocol import decisions as oa
 from llamadecide.server.protocol import systemone as so
@@ -28,6 +28,7 @@ class Prepared:
     names: list[str | None]
     scoring: Scoring
     extension: Extension | None
+    profile: Any = None  # CalibrationProfile applied to every question, if named
 
 
 def content_text(content: Any) -> str:
@@ -89,8 +90,9 @@ def _named(build: Callable[[], Question], where: str) -> Question:
 
 class DecisionServing:
     def __init__(self, decider: Decider, *, model_name: str, max_questions: int, max_options: int,
-                 profiles: Callable[[str], None] | None = None) -> None:
+                 profiles: Callable[[str], None] | None = None, model_sha256: Callable[[], str] = lambda: "") -> None:
         self.decider = decider
+        self.model_sha256 = model_sha256
         self.model_name = model_name
         self.max_questions = max_questions
         self.max_options = max_options
@@ -105,25 +107,49 @@ class DecisionServing:
             if n > self.max_options:
                 raise InvalidRequestError(f"at most {self.max_options} options per question, got {n}", param=f"questions[{i}]")
 
-    def _scoring(self, extension: Extension | None) -> Scoring:
-        if extension and extension.profile:
-            if self.profiles is None:
-                raise InvalidRequestError(f"unknown calibration profile {extension.profile!r}: no profiles are loaded",
-                                          param="llamadecide.profile")
-            self.profiles(extension.profile)
-        return Scoring(length_normalize=bool(extension and extension.length_normalize))
+    def _profile(self, extension: Extension | None):
+        """The named calibration profile; it fixes the scoring mode, so it is resolved first."""
+        if not (extension and extension.profile):
+            return None
+        if self.profiles is None:
+            raise InvalidRequestError(f"unknown calibration profile {extension.profile!r}: no profiles are loaded",
+                                      param="llamadecide.profile")
+        profile = self.profiles(extension.profile)
+        if extension.mode and extension.mode != profile.mode:
+            raise InvalidRequestError(f"profile {profile.name!r} was fitted in {profile.mode} mode; drop `mode` or use "
+                                      f"{profile.mode!r}", param="llamadecide.mode")
+        if extension.length_normalize and not profile.length_normalize:
+            raise InvalidRequestError(f"profile {profile.name!r} was fitted without length normalisation",
+                                      param="llamadecide.length_normalize")
+        return profile
+
+    @staticmethod
+    def _mode(extension: Extension | None, profile) -> str | None:
+        if profile is not None:
+            return profile.mode
+        return extension.mode if extension and extension.mode else None
+
+    def _scoring(self, extension: Extension | None, profile, questions: list[Question]) -> Scoring:
+        if profile is None:
+            return Scoring(length_normalize=bool(extension and extension.length_normalize))
+        for question in questions:
+            values = [o.text for o in question.options] if question.type == "score" else [o.value for o in question.options]
+            profile.check_options(question.type, values)
+        return Scoring(temperature=profile.temperature, length_normalize=profile.length_normalize,
+                       bias=tuple(profile.bias) if profile.bias else None)
 
     def prepare_openai(self, request: oa.DecisionRequest) -> Prepared:
         counts = [len(q.choices) if isinstance(q, oa.ChoiceQuestion) else len(q.levels) if isinstance(q, oa.ScoreQuestion) else 2
                   for q in request.questions]
         self._limits(len(request.questions), counts)
         ext = request.llamadecide
+        profile = self._profile(ext)
         state = render_openai_input(request.input)
         questions: list[Question] = []
+        mode = self._mode(ext, profile)
         for i, q in enumerate(request.questions):
             where = f"questions[{i}]"
             text = _content(q.instructions, f"{where}.instructions")
-            mode = ext.mode if ext and ext.mode else None
             if isinstance(q, oa.PredicateQuestion):
                 questions.append(_named(lambda: predicate(text, name=q.name, mode=mode or "text"), where))
             elif isinstance(q, oa.ChoiceQuestion):
@@ -132,7 +158,7 @@ class DecisionServing:
             else:
                 levels = [(lv.label, lv.description) for lv in q.levels]
                 questions.append(_named(lambda: score(text, levels, name=q.name, mode=mode or "labels"), where))
-        return Prepared(state, questions, [q.name for q in request.questions], self._scoring(ext), ext)
+        return Prepared(state, questions, [q.name for q in request.questions], self._scoring(ext, profile, questions), ext, profile)
 
     def prepare_systemone(self, request: so.SystemOneRequest) -> tuple[Prepared, list[str], dict[str, list]]:
         if request.images or request.assets:
@@ -141,7 +167,8 @@ class DecisionServing:
         counts = [len(q.criteria) if isinstance(q, (so.ChoiceQuestion, so.ScoreQuestion)) else 2 for q in request.questions.values()]
         self._limits(len(ids), counts)
         ext = request.llamadecide
-        mode = ext.mode if ext and ext.mode else None
+        profile = self._profile(ext)
+        mode = self._mode(ext, profile)
         questions: list[Question] = []
         legends: dict[str, list] = {}
         for qid, q in request.questions.items():
@@ -164,7 +191,7 @@ class DecisionServing:
                 legends[qid] = list(q.criteria)
                 levels = [(content_text(c), None) for c in q.criteria]
                 questions.append(_named(lambda: score(text or DEFAULT_INSTRUCTIONS["score"], levels, name=qid, mode=mode or "labels"), where))
-        return Prepared(request.state, questions, ids, self._scoring(ext), ext), ids, legends
+        return Prepared(request.state, questions, ids, self._scoring(ext, profile, questions), ext, profile), ids, legends
 
     # -- run ----------------------------------------------------------------------------------
 
@@ -174,10 +201,19 @@ class DecisionServing:
     # -- format -------------------------------------------------------------------------------
 
     @staticmethod
-    def _extension_fields(answer: Answer, ext: Extension | None) -> dict[str, Any]:
-        fields: dict[str, Any] = {"label_mass": answer.label_mass, "prompt_format": answer.prompt_format, "calibrated": False}
-        if ext and ext.threshold is not None:
-            fields["action"] = "auto" if answer.confidence >= ext.threshold else "escalate"
+    def _extension_fields(answer: Answer, prepared: Prepared) -> dict[str, Any]:
+        ext, profile = prepared.extension, prepared.profile
+        fields: dict[str, Any] = {"label_mass": answer.label_mass, "prompt_format": answer.prompt_format,
+                                  "calibrated": profile is not None}
+        if profile is not None:
+            fields["profile"] = profile.name
+        threshold = ext.threshold if ext and ext.threshold is not None else (profile.threshold if profile is not None else None)
+        if threshold is not None:
+            fields["action"] = "auto" if answer.confidence >= threshold else "escalate"
+        elif profile is not None:
+            fields["action"] = "escalate"  # no threshold met the profile's precision target
+        if answer.question.type == "predicate":
+            fields["confidence"] = answer.confidence
         return fields
 
     @staticmethod
@@ -204,9 +240,10 @@ class DecisionServing:
                 body.update(score=answer.score, confidence=answer.confidence,
                             probabilities=[{"value": o.value, "label": q.text, "probability": o.probability}
                                            for o, q in zip(answer.options, answer.question.options)])
-            body.update(self._extension_fields(answer, prepared.extension))
+            body.update(self._extension_fields(answer, prepared))
             answers.append(body)
-        return {"object": "decision", "model": self.model_name, "answers": answers, "usage": self._usage_openai(decision)}
+        return {"object": "decision", "model": self.model_name, "answers": answers, "usage": self._usage_openai(decision),
+                "llamadecide": {"model_sha256": self.model_sha256(), "prompt_format": PROMPT_FORMAT_VERSION}}
 
     def format_systemone(self, prepared: Prepared, ids: list[str], legends: dict[str, list], decision: Decision) -> dict[str, Any]:
         answers: dict[str, Any] = {}
@@ -220,7 +257,7 @@ class DecisionServing:
                 body = {"type": "score", "score": answer.score, "confidence": answer.confidence,
                         "legend": {str(i): level for i, level in enumerate(legends[qid])},
                         "probabilities": {str(o.value): o.probability for o in answer.options}}
-            body.update(self._extension_fields(answer, prepared.extension))
+            body.update(self._extension_fields(answer, prepared))
             answers[qid] = body
         return {"model": self.model_name, "answers": answers,
                 "usage": {"input_tokens": decision.prompt_tokens, "output_tokens": 0}}

@@ -3,6 +3,7 @@ O_APPEND), so concurrent requests never interleave. Holds no request headers, he
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -20,13 +21,18 @@ class ProbabilityLog:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def write(self, *, request_id: str, route: str, model: str, model_sha256: str, answers: list[Answer],
-              seconds: float, names: list[str | None]) -> None:
+              seconds: float, names: list[str | None], state: object) -> None:
         now = time.time()
+        # A hash of the state, not the state: joins runs of two models on the same items (compare)
+        # without writing the caller's text to disk.
+        text = state if isinstance(state, str) else json.dumps(state, sort_keys=True, default=str)
+        state_sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
         lines = []
         for answer, name in zip(answers, names):
             record = {
                 "time": now,
                 "request_id": request_id,
+                "state_sha256": state_sha256,
                 "route": route,
                 "model": model,
                 "model_sha256": model_sha256,

@@ -30,7 +30,7 @@ def _record(request: Request, route: str, prepared: Prepared, decision: Decision
     if runtime.problog:
         runtime.problog.write(request_id=request.scope["state"]["request_id"], route=route, model=services.model_name,
                               model_sha256=services.engine.model_sha256, answers=decision.answers,
-                              seconds=decision.seconds, names=prepared.names)
+                              seconds=decision.seconds, names=prepared.names, state=prepared.state)
 
 
 async def handle_decisions(request: Request, body: DecisionRequest) -> dict:

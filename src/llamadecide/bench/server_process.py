@@ -1,5 +1,5 @@
-"""A real `llamadecide serve` process for end-to-end tests: started on a free port, waited on
-via /ping, always stopped."""
+"""A real `llamadecide serve` process (for benchmarks and end-to-end tests): started on a free
+port, waited on via /ping, always stopped."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None, log_dir: Path | None = None) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, log_dir: Path | None = None,
+                 command: list[str] | None = None) -> None:
         self.port = free_port()
+        self.command = command
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = args
         self.env = {**os.environ, **(env or {})}
@@ -31,10 +33,8 @@ class ServerProcess:
 
     def start(self, timeout: float = 120.0) -> "ServerProcess":
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "llamadecide.cli.main", "serve", "--port", str(self.port), *self.args],
-            env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-        )
+        command = self.command or [sys.executable, "-m", "llamadecide.cli.main", "serve", "--port", str(self.port), *self.args]
+        self.process = subprocess.Popen(command, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

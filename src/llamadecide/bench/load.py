@@ -1,0 +1,178 @@
+"""Load benchmark over HTTP: latency and throughput by concurrency, the decision endpoint against
+"generate an answer and parse it", CPU against GPU, a threads sweep, and cost per 1,000 requests.
+
+    llamadecide bench [--url URL | start a server] [--concurrency 1 4 16] [--requests 48] ...
+
+Per-request records (latency, time to first token for chat, tokens, status, error) are captured,
+never raised. Warm-up requests are excluded from every figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from llamadecide.calibration.backends import wire_question
+from llamadecide.calibration.data import LabelledItem, Task
+
+
+@dataclass
+class Record:
+    kind: str
+    status: int
+    latency_s: float
+    ttft_s: float | None = None
+    tokens: int | None = None
+    error: str | None = None
+    correct: bool | None = None
+    valid: bool | None = None
+
+
+def decision_body(task: Task, item: LabelledItem) -> dict:
+    return {"model": "default", "input": item.text, "questions": [wire_question(task.question())]}
+
+
+def chat_body(task: Task, item: LabelledItem) -> dict:
+    options = ", ".join(str(o) for o in task.options)
+    prompt = (f"{item.text}\n\n{task.instructions}\nAnswer with exactly one of: {options}. Write only the answer.")
+    return {"model": "default", "messages": [{"role": "user", "content": prompt}], "max_tokens": 12, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}
+
+
+def parse_choice(text: str, options: list[Any]) -> int | None:
+    """The option a generated answer names: exact, then case-insensitive, then the first option
+    the text starts with. None when it names none of them (an invented or rambling answer)."""
+    cleaned = text.strip().strip(".\"'*` ").splitlines()[0].strip() if text.strip() else ""
+    names = [str(o) for o in options]
+    for i, name in enumerate(names):
+        if cleaned == name:
+            return i
+    for i, name in enumerate(names):
+        if cleaned.lower() == name.lower():
+            return i
+    for i, name in sorted(enumerate(names), key=lambda p: -len(p[1])):
+        if re.match(re.escape(name.lower()) + r"\b", cleaned.lower()):
+            return i
+    return None
+
+
+async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | None, task: Task) -> Record:
+    began = time.perf_counter()
+    try:
+        if kind == "decision":
+            response = await client.post("/v1/decisions", json=body)
+            latency = time.perf_counter() - began
+            if response.status_code != 200:
+                return Record(kind, response.status_code, latency, error=response.text[:200])
+            answer = response.json()["answers"][0]
+            probs = [p["probability"] for p in answer["probabilities"]] if "probabilities" in answer else [answer["probability"], 1 - answer["probability"]]
+            return Record(kind, 200, latency, tokens=response.json()["usage"]["input_tokens"],
+                          correct=(int(np.argmax(probs)) == gold) if gold is not None else None, valid=True)
+        text, ttft, tokens = "", None, None
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                return Record(kind, response.status_code, time.perf_counter() - began, error=(await response.aread()).decode()[:200])
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    tokens = chunk["usage"]["completion_tokens"]
+                for choice in chunk.get("choices", []):
+                    piece = choice["delta"].get("content") or ""
+                    if piece and ttft is None:
+                        ttft = time.perf_counter() - began
+                    text += piece
+        picked = parse_choice(text, task.options)
+        return Record(kind, 200, time.perf_counter() - began, ttft, tokens,
+                      correct=(picked == gold) if gold is not None and picked is not None else (False if gold is not None else None),
+                      valid=picked is not None)
+    except Exception as exc:  # a benchmark records failures, it does not stop on them
+        return Record(kind, 0, time.perf_counter() - began, error=f"{type(exc).__name__}: {exc}")
+
+
+async def run_level(url: str, api_key: str | None, kind: str, task: Task, items: list[LabelledItem], golds: list[int],
+                    concurrency: int, requests: int, warmup: int) -> tuple[list[Record], float]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limits = httpx.Limits(max_connections=concurrency + 2)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
+        make = decision_body if kind == "decision" else chat_body
+        for i in range(warmup):
+            await _one(client, kind, make(task, items[i % len(items)]), None, task)
+        queue: asyncio.Queue = asyncio.Queue()
+        for i in range(requests):
+            queue.put_nowait(i)
+        records: list[Record] = []
+
+        async def worker() -> None:
+            while True:
+                try:
+                    i = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                item = items[i % len(items)]
+                records.append(await _one(client, kind, make(task, item), golds[i % len(items)], task))
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return records, time.perf_counter() - began
+
+
+def summarise(records: list[Record], wall_s: float) -> dict:
+    ok = [r for r in records if r.status == 200]
+    latencies = sorted(r.latency_s for r in ok)
+
+    def pct(q: float) -> float | None:
+        return float(np.quantile(latencies, q)) if latencies else None
+
+    out = {"requests": len(records), "ok": len(ok), "error_rate": 1 - len(ok) / len(records) if records else 0.0,
+           "p50_s": pct(0.5), "p95_s": pct(0.95), "p99_s": pct(0.99),
+           "mean_s": statistics.fmean(latencies) if latencies else None,
+           "throughput_rps": len(ok) / wall_s if wall_s > 0 else 0.0, "wall_s": wall_s}
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    if ttfts:
+        out["ttft_p50_s"] = float(np.median(ttfts))
+    judged = [r for r in ok if r.correct is not None]
+    if judged:
+        out["accuracy"] = sum(bool(r.correct) for r in judged) / len(judged)
+    valid = [r for r in ok if r.valid is not None]
+    if valid:
+        out["invalid_answer_rate"] = sum(not r.valid for r in valid) / len(valid)
+    errors = [r.error for r in records if r.error]
+    if errors:
+        out["first_error"] = errors[0]
+    return out
+
+
+def load_prices(path: Path | None = None) -> dict:
+    text = Path(path).read_text() if path else resources.files("llamadecide.bench").joinpath("prices.json").read_text()
+    return json.loads(text)
+
+
+def cost_table(prices: dict, *, cpu_rps: float, cpu_vcpu: int, gpu_rps: float | None) -> list[dict]:
+    """Cost per 1,000 requests = 1000 * price_per_hour / (3600 * requests_per_second). CPU instances
+    are credited with the measured throughput scaled by their vCPU count over the measuring
+    machine's (an assumption, stated in the output); GPU instances only with a measured GPU row."""
+    rows = []
+    for inst in prices["instances"]:
+        if inst.get("gpu"):
+            rps, basis = (gpu_rps, "measured on GPU") if gpu_rps else (None, "no GPU measured")
+        else:
+            rps, basis = cpu_rps * inst["vcpu"] / cpu_vcpu, f"measured CPU x {inst['vcpu']}/{cpu_vcpu} vCPU"
+        cost = 1000 * inst["usd_per_hour"] / (3600 * rps) if rps else None
+        rows.append({**inst, "requests_per_second": rps, "usd_per_1000": cost, "basis": basis})
+    return rows
+
+
+def asdict_records(records: list[Record]) -> list[dict]:
+    return [asdict(r) for r in records]

@@ -1,0 +1,1 @@
+"""Calibration: labelled data in; metrics, fitted temperature/bias, thresholds and profiles out."""

@@ -1,0 +1,151 @@
+"""Where answers come from: the local engine, a running server (or any compatible endpoint) by
+URL, or a SageMaker endpoint by name. Each returns per-option log-likelihoods for one item; the
+local engine also gives token counts (needed for length normalisation)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from llamadecide.decisions import Decider, Question
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
+from llamadecide.errors import LlamaDecideError
+
+
+@dataclass(frozen=True)
+class ItemScores:
+    logprobs: list[float]
+    n_tokens: list[int] | None
+
+
+class Backend(Protocol):
+    description: str
+
+    def identity(self) -> str: ...
+    def score(self, text: str, question: Question) -> ItemScores: ...
+
+
+class LocalBackend:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.decider = Decider(engine)
+        self.description = f"local engine: {engine.model_path.name}"
+
+    def identity(self) -> str:
+        return self.engine.model_sha256
+
+    def score(self, text: str, question: Question) -> ItemScores:
+        answer = self.decider.decide(text, [question]).answers[0]
+        return ItemScores([o.logprob for o in answer.options], [o.n_tokens for o in answer.options])
+
+
+def wire_question(question: Question) -> dict[str, Any]:
+    """A decisions Question as an OpenAI Decisions question."""
+    if question.type == "predicate":
+        return {"type": "predicate", "instructions": question.instructions}
+    if question.type == "score":
+        return {"type": "score", "instructions": question.instructions,
+                "levels": [{"label": o.text, **({"description": o.description} if o.description else {})} for o in question.options]}
+    return {"type": "choice", "instructions": question.instructions,
+            "choices": [{"value": o.value, **({"description": o.description} if o.description else {})} for o in question.options]}
+
+
+def _logprobs_from_answer(answer: dict, question: Question) -> ItemScores:
+    if answer.get("type") == "refusal":
+        raise LlamaDecideError("the endpoint refused the question")
+    if question.type == "predicate":
+        p = float(answer["probability"])
+        probs = [p, 1.0 - p]
+    else:
+        by_value = {json.dumps(item["value"]): float(item["probability"]) for item in answer["probabilities"]}
+        keys = [json.dumps(o.value) for o in question.options]
+        probs = [by_value[k] for k in keys]
+    return ItemScores([float(np.log(max(p, 1e-300))) for p in probs], None)
+
+
+class _RemoteBackend:
+    def __init__(self) -> None:
+        self._identity: str | None = None
+
+    def close(self) -> None:
+        """Release the connection (local backends hold none)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _body(self, text: str, question: Question) -> dict:
+        return {"model": "default", "input": text, "questions": [wire_question(question)],
+                "llamadecide": {"mode": question.mode}}
+
+    def _post(self, body: dict) -> dict:  # pragma: no cover - implemented by subclasses
+        raise NotImplementedError
+
+    def identity(self) -> str:
+        if self._identity is None:
+            probe = self._post({"model": "default", "input": "probe",
+                                "questions": [{"type": "predicate", "instructions": "This is a probe."}]})
+            ext = probe.get("llamadecide") or {}
+            self._identity = ext.get("model_sha256") or f"{self.description}|{probe.get('model')}"
+            if ext.get("prompt_format") not in (None, PROMPT_FORMAT_VERSION):
+                raise LlamaDecideError(f"the endpoint uses prompt format {ext['prompt_format']!r}, this tool "
+                                       f"{PROMPT_FORMAT_VERSION!r}")
+        return self._identity
+
+    def score(self, text: str, question: Question) -> ItemScores:
+        return _logprobs_from_answer(self._post(self._body(text, question))["answers"][0], question)
+
+
+class HTTPBackend(_RemoteBackend):
+    def __init__(self, url: str, api_key: str | None = None, timeout: float = 60.0) -> None:
+        import httpx
+
+        super().__init__()
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self.description = f"endpoint {self.url}"
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _post(self, body: dict) -> dict:
+        response = self.client.post("/v1/decisions", json=body)
+        if response.status_code != 200:
+            raise LlamaDecideError(f"{self.url} answered {response.status_code}: {response.text[:300]}")
+        return response.json()
+
+
+class SageMakerBackend(_RemoteBackend):
+    def __init__(self, endpoint: str, region: str | None = None, client: Any = None) -> None:
+        super().__init__()
+        if client is None:
+            import boto3
+
+            client = boto3.client("sagemaker-runtime", region_name=region)
+        self.endpoint = endpoint
+        self.client = client
+        self.description = f"SageMaker endpoint {endpoint}"
+
+    def _post(self, body: dict) -> dict:
+        response = self.client.invoke_endpoint(EndpointName=self.endpoint, ContentType="application/json",
+                                               Accept="application/json", CustomAttributes="route=/v1/decisions",
+                                               Body=json.dumps(body).encode())
+        return json.loads(response["Body"].read())
+
+
+def backend_from(spec: str | None, *, engine_factory, api_key: str | None = None) -> Backend:
+    """`local` (default), an http(s):// URL, or sagemaker:ENDPOINT[@REGION]."""
+    if not spec or spec == "local":
+        return LocalBackend(engine_factory())
+    if spec.startswith(("http://", "https://")):
+        return HTTPBackend(spec, api_key)
+    if spec.startswith("sagemaker:"):
+        name, _, region = spec[len("sagemaker:"):].partition("@")
+        return SageMakerBackend(name, region or None)
+    raise LlamaDecideError(f"unknown backend {spec!r}: use local, an http(s) URL, or sagemaker:ENDPOINT[@REGION]")

@@ -1,0 +1,40 @@
+"""Answers already computed, so an interrupted calibration run resumes where it stopped. Keyed by
+model identity (SHA-256), prompt format, scoring mode, task and item text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+from llamadecide.calibration.backends import ItemScores
+
+
+class ScoreCache:
+    def __init__(self, path: Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path))
+        self.db.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+    @staticmethod
+    def key(identity: str, prompt_format: str, mode: str, task: str, text: str) -> str:
+        return hashlib.sha256(json.dumps([identity, prompt_format, mode, task, text]).encode()).hexdigest()
+
+    def get(self, key: str) -> ItemScores | None:
+        row = self.db.execute("SELECT value FROM scores WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        data = json.loads(row[0])
+        return ItemScores(data["logprobs"], data["n_tokens"])
+
+    def put(self, key: str, scores: ItemScores) -> None:
+        self.db.execute("INSERT OR REPLACE INTO scores VALUES (?, ?)",
+                        (key, json.dumps({"logprobs": scores.logprobs, "n_tokens": scores.n_tokens})))
+
+    def commit(self) -> None:
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.commit()
+        self.db.close()

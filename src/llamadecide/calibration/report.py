@@ -1,0 +1,75 @@
+"""A self-contained HTML report (images embedded) and the terminal table of a calibration run."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROWS = [("accuracy", "accuracy", "{:.3f}"), ("NLL", "nll", "{:.4f}"), ("Brier", "brier", "{:.4f}"),
+        ("ECE (equal width)", "ece_width", "{:.4f}"), ("ECE (equal mass)", "ece_mass", "{:.4f}"), ("AURC", "aurc", "{:.4f}")]
+
+
+def _ci(metrics: dict, key: str) -> str:
+    ci = metrics.get(f"{key}_ci")
+    return f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else ""
+
+
+def print_summary(summary: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    raw, cal = summary["test"]["raw"], summary["test"]["calibrated"]
+    table = Table(title=f"{summary['task']['name']}: test part ({raw['n']} items), calibrated with {summary['chosen']['label']}")
+    table.add_column("metric")
+    table.add_column("raw", justify="right")
+    table.add_column("calibrated", justify="right")
+    for label, key, fmt in ROWS:
+        table.add_row(label, fmt.format(raw[key]) + _ci(raw, key), fmt.format(cal[key]) + _ci(cal, key))
+    console.print(table)
+    th = summary["threshold"]
+    if th["calibration"]:
+        c, t = th["calibration"], th["test"]
+        console.print(f"threshold confidence >= {c['threshold']:.2f} for precision >= {c['target_precision']:.0%} "
+                      f"with {c['confidence_level']:.0%} confidence: calibration coverage {c['coverage']:.1%} "
+                      f"(lower bound {c['lower_bound']:.3f}); test coverage {t['coverage']:.1%}, test precision "
+                      f"{t['precision'] if t['precision'] is None else format(t['precision'], '.3f')}")
+    else:
+        console.print(f"no threshold reaches precision {th['target']:.0%} with {th['confidence_level']:.0%} confidence: escalate everything")
+    cp = summary["conformal"]
+    console.print(f"conformal sets (alpha {cp['alpha']}): test coverage {cp['coverage']:.3f}, mean size {cp['mean_set_size']:.2f}, "
+                  f"singletons {cp['singleton_rate']:.1%}")
+
+
+def write_html(summary: dict, out_dir: Path) -> Path:
+    def img(name: str) -> str:
+        data = base64.b64encode((out_dir / name).read_bytes()).decode()
+        return f'<img alt="{name}" src="data:image/png;base64,{data}">'
+
+    raw, cal = summary["test"]["raw"], summary["test"]["calibrated"]
+    rows = "".join(f"<tr><td>{label}</td><td>{fmt.format(raw[key])}{_ci(raw, key)}</td><td>{fmt.format(cal[key])}{_ci(cal, key)}</td></tr>"
+                   for label, key, fmt in ROWS)
+    cands = "".join(f"<tr><td>{html.escape(c['mode'])}</td><td>{html.escape(c['label'])}</td><td>{c['cv_nll']:.4f}</td></tr>"
+                    for c in summary["candidates"])
+    th = summary["threshold"]
+    policy = (f"<p>Act automatically when confidence &ge; <b>{th['calibration']['threshold']:.2f}</b>: calibration coverage "
+              f"{th['calibration']['coverage']:.1%}, test coverage {th['test']['coverage']:.1%}, test precision "
+              f"{th['test']['precision']:.3f} (target {th['target']:.0%} at {th['confidence_level']:.0%} confidence).</p>"
+              if th["calibration"] and th["test"]["precision"] is not None else "<p>No threshold meets the target: escalate everything.</p>")
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Calibration: {html.escape(summary['task']['name'])}</title>
+<style>body{{font:15px system-ui,sans-serif;max-width:900px;margin:2rem auto;color:#1d2330}}table{{border-collapse:collapse;margin:1rem 0}}
+td,th{{border:1px solid #ccd;padding:.3rem .6rem;text-align:right}}td:first-child,th:first-child{{text-align:left}}img{{max-width:48%}}</style></head><body>
+<h1>Calibration: {html.escape(summary['task']['name'])}</h1>
+<p>{html.escape(summary['backend'])} · model {summary['model_sha256'][:16]}… · prompt format {summary['prompt_format']} ·
+{summary['split']['calibration']} calibration items, {summary['split']['test']} test items (seed {summary['split']['seed']})</p>
+<h2>Test part, before and after</h2><table><tr><th>metric</th><th>raw</th><th>calibrated ({html.escape(summary['chosen']['label'])})</th></tr>{rows}</table>
+<h2>Policy</h2>{policy}
+<p>Conformal sets (alpha {summary['conformal']['alpha']}): coverage {summary['conformal']['coverage']:.3f}, mean size
+{summary['conformal']['mean_set_size']:.2f}, singletons {summary['conformal']['singleton_rate']:.1%}.</p>
+{img('reliability.png')} {img('risk_coverage.png')}
+<h2>Candidates (5-fold cross-validated NLL on the calibration part)</h2><table><tr><th>mode</th><th>calibrator</th><th>CV NLL</th></tr>{cands}</table>
+</body></html>"""
+    path = out_dir / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path

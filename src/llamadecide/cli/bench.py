@@ -1,0 +1,169 @@
+"""`llamadecide bench`: the load benchmark (llamadecide.bench.load) with its outputs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def bench_command(
+    url: Annotated[Optional[str], typer.Option("--url", help="A running server (default: start one per configuration)")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key")] = None,
+    data: Annotated[Path, typer.Option("--data", help="Labelled items for the workload")] = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv",
+    task: Annotated[Path, typer.Option("--task")] = ROOT / "examples" / "agnews.yaml",
+    text_column: Annotated[str, typer.Option("--text-column")] = "0",
+    label_column: Annotated[str, typer.Option("--label-column")] = "1",
+    items: Annotated[int, typer.Option("--items", help="Labelled items to cycle through")] = 64,
+    concurrency: Annotated[list[int], typer.Option("--concurrency", help="Concurrency levels (repeat)")] = [1, 4, 16],
+    requests: Annotated[int, typer.Option("--requests", help="Measured requests per level")] = 32,
+    warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests before each level")] = 2,
+    threads: Annotated[list[int], typer.Option("--threads", help="CPU thread counts to sweep (repeat)")] = [],
+    gpu: Annotated[str, typer.Option("--gpu", help="auto (when a GPU build and device exist), on, off")] = "auto",
+    model: Annotated[Optional[str], typer.Option("--model")] = None,
+    prices: Annotated[Optional[Path], typer.Option("--prices", help="Price table JSON (default: the shipped one)")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Directory for results.json, results.md, latency_throughput.png, records.jsonl")] = Path("bench-out"),
+) -> None:
+    """Latency and throughput by concurrency; decisions vs generate-and-parse; CPU vs GPU; cost per 1,000 requests."""
+    from llamadecide.bench.load import asdict_records, cost_table, load_prices, run_level, summarise
+    from llamadecide.bench.server_process import ServerProcess
+    from llamadecide.calibration.data import load_task, read_labelled
+
+    console = Console()
+    the_task = load_task(task)
+    labelled = read_labelled(data, text_column=text_column, label_column=label_column)
+    step = max(1, len(labelled) // items)
+    sample = labelled[::step][:items]
+    golds = [the_task.gold_index(i.label) for i in sample]
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {"task": the_task.name, "items": len(sample), "requests_per_level": requests, "levels": [], "threads": [],
+                     "machine": {"cpus": os.cpu_count()}}
+    records_file = (out / "records.jsonl").open("w")
+
+    def measure(base_url: str, device: str, kinds: tuple[str, ...], levels: list[int]) -> None:
+        for kind in kinds:
+            for c in levels:
+                recs, wall = asyncio.run(run_level(base_url, api_key, kind, the_task, sample, golds, c, requests, warmup))
+                summary = {"device": device, "kind": kind, "concurrency": c, **summarise(recs, wall)}
+                results["levels"].append(summary)
+                for r in asdict_records(recs):
+                    records_file.write(json.dumps({"device": device, "concurrency": c, **r}) + "\n")
+                console.print(f"{device} {kind:8s} c={c:<3d} p50 {summary['p50_s'] or 0:.3f}s  p95 {summary['p95_s'] or 0:.3f}s  "
+                              f"{summary['throughput_rps']:.2f} req/s  errors {summary['error_rate']:.1%}")
+
+    def with_server(args: list[str], device: str, kinds, levels) -> None:
+        if url:
+            measure(url, device, kinds, levels)
+            return
+        model_args = ["--model", model] if model else []
+        with ServerProcess(*model_args, *args, env={"LLAMADECIDE_QUEUE_SIZE": str(max(levels) + 4)}) as server:
+            measure(server.url, device, kinds, levels)
+
+    with_server(["--n-gpu-layers", "0"], "cpu", ("decision", "chat"), concurrency)
+    gpu_present = shutil.which("nvidia-smi") is not None and _gpu_build()
+    if gpu == "on" or (gpu == "auto" and gpu_present):
+        with_server(["--n-gpu-layers", "-1"], "gpu", ("decision", "chat"), concurrency)
+        results["gpu"] = "measured"
+    else:
+        results["gpu"] = ("not measured: no GPU on this machine" if not shutil.which("nvidia-smi") else
+                          "not measured: llama-cpp-python was built without GPU offload") + \
+                         " (build with LLAMADECIDE_CMAKE_EXTRA=-DGGML_CUDA=on bash scripts/install.sh, then llamadecide bench --gpu on)"
+        console.print(f"[yellow]GPU {results['gpu']}[/yellow]")
+    for t in threads:
+        recs, wall = (None, None)
+        model_args = ["--model", model] if model else []
+        with ServerProcess(*model_args, "--threads", str(t), "--n-gpu-layers", "0") as server:
+            recs, wall = asyncio.run(run_level(server.url, api_key, "decision", the_task, sample, golds, 1, max(8, requests // 4), warmup))
+        results["threads"].append({"threads": t, **summarise(recs, wall)})
+    records_file.close()
+
+    cpu_decisions = [r for r in results["levels"] if r["device"] == "cpu" and r["kind"] == "decision"]
+    best_cpu = max(cpu_decisions, key=lambda r: r["throughput_rps"])
+    gpu_decisions = [r for r in results["levels"] if r["device"] == "gpu" and r["kind"] == "decision"]
+    best_gpu = max(gpu_decisions, key=lambda r: r["throughput_rps"]) if gpu_decisions else None
+    table_prices = load_prices(prices)
+    results["cost"] = {"source": table_prices["source"], "best_cpu_concurrency": best_cpu["concurrency"],
+                       "rows": cost_table(table_prices, cpu_rps=best_cpu["throughput_rps"], cpu_vcpu=os.cpu_count() or 1,
+                                          gpu_rps=best_gpu["throughput_rps"] if best_gpu else None)}
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "results.md").write_text(markdown(results))
+    plot(results, out / "latency_throughput.png")
+    print_tables(results, console)
+    console.print(f"wrote {out}/results.json, results.md, latency_throughput.png, records.jsonl")
+
+
+def _gpu_build() -> bool:
+    import llama_cpp
+
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def _fmt(v, spec=".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def markdown(results: dict) -> str:
+    lines = ["| device | workload | concurrency | p50 s | p95 s | p99 s | req/s | errors | accuracy | invalid answers |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results["levels"]:
+        lines.append(f"| {r['device']} | {r['kind']} | {r['concurrency']} | {_fmt(r['p50_s'])} | {_fmt(r['p95_s'])} | {_fmt(r['p99_s'])} | "
+                     f"{r['throughput_rps']:.2f} | {r['error_rate']:.1%} | {_fmt(r.get('accuracy'))} | {_fmt(r.get('invalid_answer_rate'), '.1%')} |")
+    if results["threads"]:
+        lines += ["", "| threads | p50 s | req/s |", "| --- | --- | --- |"]
+        lines += [f"| {t['threads']} | {_fmt(t['p50_s'])} | {t['throughput_rps']:.2f} |" for t in results["threads"]]
+    lines += ["", f"Cost per 1,000 decisions at the best CPU concurrency ({results['cost']['best_cpu_concurrency']}):", "",
+              "| instance | vCPU | GPU | USD/h | req/s | USD per 1,000 | basis |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for c in results["cost"]["rows"]:
+        lines.append(f"| {c['instance_type']} | {c['vcpu']} | {c['gpu'] or '-'} | {c['usd_per_hour']} | {_fmt(c['requests_per_second'], '.2f')} | "
+                     f"{_fmt(c['usd_per_1000'], '.4f')} | {c['basis']} |")
+    lines += ["", f"Prices: {results['cost']['source']}", "", f"GPU: {results['gpu']}"]
+    return "\n".join(lines) + "\n"
+
+
+def print_tables(results: dict, console: Console) -> None:
+    table = Table(title=f"load: {results['task']}, {results['requests_per_level']} requests per level")
+    for col in ("device", "workload", "conc.", "p50 s", "p95 s", "p99 s", "req/s", "errors", "accuracy", "invalid"):
+        table.add_column(col, justify="right")
+    for r in results["levels"]:
+        table.add_row(r["device"], r["kind"], str(r["concurrency"]), _fmt(r["p50_s"]), _fmt(r["p95_s"]), _fmt(r["p99_s"]),
+                      f"{r['throughput_rps']:.2f}", f"{r['error_rate']:.1%}", _fmt(r.get("accuracy")), _fmt(r.get("invalid_answer_rate"), ".1%"))
+    console.print(table)
+    cost = Table(title="cost per 1,000 decisions")
+    for col in ("instance", "USD/h", "req/s", "USD / 1,000", "basis"):
+        cost.add_column(col, justify="right")
+    for c in results["cost"]["rows"]:
+        cost.add_row(c["instance_type"], f"{c['usd_per_hour']}", _fmt(c["requests_per_second"], ".2f"), _fmt(c["usd_per_1000"], ".4f"), c["basis"])
+    console.print(cost)
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=110)
+    groups: dict = {}
+    for r in results["levels"]:
+        groups.setdefault((r["device"], r["kind"]), []).append(r)
+    for (device, kind), rows in groups.items():
+        rows.sort(key=lambda r: r["concurrency"])
+        ax.plot([r["throughput_rps"] for r in rows], [r["p50_s"] or 0 for r in rows], marker="o", label=f"{device} {kind}")
+        for r in rows:
+            ax.annotate(f"c={r['concurrency']}", (r["throughput_rps"], r["p50_s"] or 0), fontsize=7)
+    ax.set_xlabel("throughput (requests/s)")
+    ax.set_ylabel("median latency (s)")
+    ax.set_title("Latency against throughput")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,94 @@
+"""`llamadecide calibrate` and `llamadecide compare`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, fail, settings_from
+from llamadecide.errors import LlamaDecideError
+
+
+def calibrate_command(
+    data: Annotated[Path, typer.Argument(help="Labelled file: CSV, TSV or JSONL")],
+    task: Annotated[Path, typer.Option("--task", help="Task file (YAML or JSON): question, options, label mapping")],
+    text_column: Annotated[str, typer.Option("--text-column", help="Column (name, or index for headerless files) holding the text")] = "text",
+    label_column: Annotated[str, typer.Option("--label-column", help="Column holding the gold label")] = "label",
+    backend: Annotated[Optional[str], typer.Option("--backend", help="local (default), an http(s):// server URL, or sagemaker:ENDPOINT[@REGION]")] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", help="Key for an http backend")] = None,
+    calibration_size: Annotated[Optional[int], typer.Option("--calibration-size", help="Items to fit on (default: a third)")] = None,
+    test_size: Annotated[Optional[int], typer.Option("--test-size", help="Items to measure on (default: the rest)")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Split seed")] = 0,
+    target_precision: Annotated[float, typer.Option("--target-precision", help="Precision the auto-handled answers must reach")] = 0.95,
+    confidence_level: Annotated[float, typer.Option("--confidence", help="Confidence of that guarantee")] = 0.95,
+    conformal_alpha: Annotated[float, typer.Option("--conformal-alpha", help="Miscoverage of conformal sets")] = 0.1,
+    compare_modes: Annotated[bool, typer.Option("--compare-modes", help="Also score in the other mode (text vs labels) and keep the better")] = False,
+    out: Annotated[Path, typer.Option("--out", help="Output directory (cache, plots, report, profile)")] = Path("calibration-out"),
+    profile_name: Annotated[Optional[str], typer.Option("--profile-name", help="Name of the written profile (default: the task's)")] = None,
+    model: ModelOption = None,
+    n_ctx: CtxOption = None,
+    threads: ThreadsOption = None,
+    n_gpu_layers: GpuLayersOption = None,
+) -> None:
+    """Measure and calibrate a task on labelled data; write a report and a calibration profile."""
+    from llamadecide.calibration.backends import backend_from
+    from llamadecide.calibration.data import file_fingerprint, load_task, read_labelled
+    from llamadecide.calibration.report import print_summary
+    from llamadecide.calibration.run import RunConfig, calibrate
+    from llamadecide.engine import Engine
+
+    try:
+        the_task = load_task(task)
+        items = read_labelled(data, text_column=text_column, label_column=label_column)
+        settings = settings_from(model=model, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=n_gpu_layers)
+        chosen = backend_from(backend, engine_factory=lambda: Engine(settings.engine_config()), api_key=api_key)
+        config = RunConfig(out_dir=out, calibration_size=calibration_size, test_size=test_size, seed=seed,
+                           target_precision=target_precision, confidence_level=confidence_level,
+                           conformal_alpha=conformal_alpha, compare_modes=compare_modes, profile_name=profile_name,
+                           dataset_fingerprint=file_fingerprint(data, text_column, label_column))
+        try:
+            summary = calibrate(chosen, the_task, items, config)
+        finally:
+            getattr(chosen, "close", lambda: None)()
+    except LlamaDecideError as exc:
+        raise fail(exc.message) from exc
+    print_summary(summary)
+    typer.echo(f"wrote {out}/report.html, {out}/summary.json, {out}/profile.json")
+
+
+def compare_command(
+    a: Annotated[Path, typer.Argument(help="Probability log, predictions.jsonl or calibration output directory")],
+    b: Annotated[Path, typer.Argument(help="The same, from the other model version")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write an HTML report here")] = None,
+) -> None:
+    """Agreement, flip rate, KL divergence and accuracy/ECE change between two runs."""
+    from llamadecide.calibration.compare import compare, read_records, write_html
+
+    try:
+        result = compare(read_records(a), read_records(b))
+    except (LlamaDecideError, OSError, KeyError, json.JSONDecodeError) as exc:
+        raise fail(getattr(exc, "message", str(exc))) from exc
+    if html:
+        write_html(result, html, str(a), str(b))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"{a} vs {b}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key in ("matched", "agreement", "flip_rate", "mean_kl_a_b", "accuracy_a", "accuracy_b", "accuracy_change",
+                "ece_a", "ece_b", "ece_change"):
+        if key in result:
+            value = result[key]
+            table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    console = Console()
+    console.print(table)
+    for flip in result["flips"][:10]:
+        console.print(f"  {flip['key']}: {flip['a']} ({flip['p_a']:.2f}) -> {flip['b']} ({flip['p_b']:.2f})"
+                      + (f", label {flip['label']}" if flip["label"] is not None else ""))

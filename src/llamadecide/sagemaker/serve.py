@@ -1,0 +1,46 @@
+"""The container's `serve` entrypoint: SageMaker runs `docker run IMAGE serve`; this listens on
+0.0.0.0:8080, takes the model from /opt/ml/model (or SM_LLAMA_CPP_MODEL), calibration profiles
+from /opt/ml/model/profiles when the archive has them, and SM_LLAMA_CPP_* settings."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+SAGEMAKER_PORT = 8080
+
+
+def sagemaker_settings():
+    from llamadecide.engine.model_files import model_dir
+    from llamadecide.settings import Settings
+
+    overrides: dict = {}
+    if "LLAMADECIDE_HOST" not in os.environ and "SM_LLAMA_CPP_HOST" not in os.environ:
+        overrides["host"] = "0.0.0.0"
+    if "LLAMADECIDE_PORT" not in os.environ and "SM_LLAMA_CPP_PORT" not in os.environ:
+        overrides["port"] = SAGEMAKER_PORT
+    profiles = model_dir() / "profiles"
+    if "LLAMADECIDE_PROFILES_DIR" not in os.environ and profiles.is_dir():
+        overrides["profiles_dir"] = profiles
+    return Settings(**overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    from llamadecide.server import create_app
+
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] not in ("serve",):
+        print(f"usage: serve (SageMaker starts the container with `serve`); got {' '.join(args)}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = sagemaker_settings()
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=False,
+                timeout_keep_alive=75)  # above SageMaker's 60 s keep-alive, so the proxy closes first
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""The load benchmark's pure parts, and one short real run against the server."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from llamadecide.bench.load import Record, cost_table, load_prices, parse_choice, run_level, summarise
+from llamadecide.calibration.data import LabelledItem, load_task
+from conftest import API_KEY
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_parse_choice_finds_the_named_option_or_none():
+    options = ["World", "Sports", "Business", "Science/Technology"]
+    assert parse_choice("Sports", options) == 1
+    assert parse_choice("  business.\nBecause...", options) == 2
+    assert parse_choice("Science/Technology is the topic", options) == 3
+    assert parse_choice("The topic is politics", options) is None
+    assert parse_choice("", options) is None
+
+
+def test_summary_percentiles_throughput_and_errors():
+    records = [Record("decision", 200, t, correct=t < 0.3, valid=True) for t in (0.1, 0.2, 0.3, 0.4)] + [Record("decision", 503, 0.01, error="overloaded")]
+    s = summarise(records, wall_s=2.0)
+    assert s["ok"] == 4 and s["error_rate"] == pytest.approx(0.2) and s["throughput_rps"] == 2.0
+    assert s["p50_s"] == pytest.approx(0.25) and s["accuracy"] == 0.5 and s["first_error"] == "overloaded"
+
+
+def test_cost_per_thousand_requests():
+    prices = load_prices()
+    assert prices["source"] and all({"region", "instance_type", "vcpu", "usd_per_hour", "date"} <= set(i) for i in prices["instances"])
+    rows = {r["instance_type"]: r for r in cost_table(prices, cpu_rps=2.0, cpu_vcpu=2, gpu_rps=None)}
+    large = rows["ml.c5.large"]  # same vCPU count as the measuring machine: 2 req/s
+    assert large["usd_per_1000"] == pytest.approx(1000 * large["usd_per_hour"] / (3600 * 2.0))
+    assert rows["ml.c5.xlarge"]["requests_per_second"] == 4.0
+    assert rows["ml.g5.xlarge"]["usd_per_1000"] is None and "no GPU" in rows["ml.g5.xlarge"]["basis"]
+
+
+def test_a_short_real_run(server):
+    task = load_task(EXAMPLES / "agnews.yaml")
+    items = [LabelledItem("1", "The team won the championship final on Sunday.", "Sports"),
+             LabelledItem("2", "Shares of the chip maker fell after weak earnings.", "Business")]
+    golds = [task.gold_index(i.label) for i in items]
+    for kind in ("decision", "chat"):
+        records, wall = asyncio.run(run_level(server.url, API_KEY, kind, task, items, golds, concurrency=2, requests=4, warmup=1))
+        s = summarise(records, wall)
+        assert s["requests"] == 4 and s["ok"] == 4, s
+        if kind == "chat":
+            assert s["ttft_p50_s"] > 0 and "invalid_answer_rate" in s
+        else:
+            assert s["invalid_answer_rate"] == 0.0

@@ -1,0 +1,69 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from llamadecide.calibration.compare import compare, read_records
+from llamadecide.calibration.data import load_task, read_labelled
+from llamadecide.errors import InvalidRequestError
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def test_read_headerless_tsv_by_index(tmp_path):
+    path = tmp_path / "d.tsv"
+    path.write_text("first text\tWorld\nsecond\tSports\n")
+    items = read_labelled(path, text_column="0", label_column="1")
+    assert [(i.text, i.label) for i in items] == [("first text", "World"), ("second", "Sports")]
+
+
+def test_read_csv_and_jsonl_by_name(tmp_path):
+    csv_path = tmp_path / "d.csv"
+    csv_path.write_text('text,category\n"a, quoted",x\nb,y\n')
+    assert [i.text for i in read_labelled(csv_path, text_column="text", label_column="category")] == ["a, quoted", "b"]
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text(json.dumps({"id": "q1", "msg": "hi", "gold": "y"}) + "\n")
+    item = read_labelled(jsonl, text_column="msg", label_column="gold")[0]
+    assert (item.id, item.text, item.label) == ("q1", "hi", "y")
+    with pytest.raises(InvalidRequestError, match="no column 'body'"):
+        read_labelled(csv_path, text_column="body", label_column="category")
+
+
+def test_example_tasks_map_every_data_label():
+    if not DATA.exists():
+        pytest.skip("shared data not beside the checkout")
+    agnews = load_task(EXAMPLES / "agnews.yaml")
+    labels = {i.label for i in read_labelled(DATA / "agnews" / "test.tsv", text_column="0", label_column="1")}
+    assert sorted(agnews.gold_index(label) for label in labels) == [0, 1, 2, 3]
+    sst2 = load_task(EXAMPLES / "sst2.yaml")
+    assert (sst2.gold_index("1"), sst2.gold_index("0")) == (0, 1)
+    banking = load_task(EXAMPLES / "banking77.yaml")
+    rows = read_labelled(DATA / "banking77" / "test.csv", text_column="text", label_column="category")
+    assert len({banking.gold_index(r.label) for r in rows}) == 77
+
+
+def test_unmapped_label_is_named():
+    task = load_task(EXAMPLES / "agnews.yaml")
+    with pytest.raises(InvalidRequestError, match="'Weather'"):
+        task.gold_index("Weather")
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_compare_agreement_flips_kl_and_accuracy(tmp_path):
+    base = {"options": ["a", "b"]}
+    _write(tmp_path / "a.jsonl", [{**base, "id": "1", "label": 0, "probabilities": [0.9, 0.1]},
+                                  {**base, "id": "2", "label": 1, "probabilities": [0.6, 0.4]},
+                                  {**base, "id": "3", "label": 1, "probabilities": [0.2, 0.8]}])
+    _write(tmp_path / "b.jsonl", [{**base, "id": "1", "label": 0, "probabilities": [0.9, 0.1]},
+                                  {**base, "id": "2", "label": 1, "probabilities": [0.3, 0.7]},
+                                  {**base, "id": "4", "label": 1, "probabilities": [0.5, 0.5]}])
+    result = compare(read_records(tmp_path / "a.jsonl"), read_records(tmp_path / "b.jsonl"))
+    assert result["matched"] == 2 and result["agreement"] == 0.5 and result["flip_rate"] == 0.5
+    kl_item_2 = 0.6 * __import__("math").log(0.6 / 0.3) + 0.4 * __import__("math").log(0.4 / 0.7)
+    assert result["mean_kl_a_b"] == pytest.approx(kl_item_2 / 2)
+    assert (result["accuracy_a"], result["accuracy_b"], result["accuracy_change"]) == (0.5, 1.0, 0.5)
+    assert result["flips"] == [{"key": "2", "a": "a", "b": "b", "p_a": 0.6, "p_b": 0.7, "label": "b"}]

@@ -1,0 +1,128 @@
+"""Calibration end to end with the bundled model on a small slice of AG News: local engine, a
+running server by URL, and a SageMaker-style client; the written profile is then served."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from conftest import API_KEY
+from llamadecide.calibration.backends import HTTPBackend, LocalBackend, SageMakerBackend
+from llamadecide.calibration.data import load_task, read_labelled
+from llamadecide.calibration.profile import CalibrationProfile
+from llamadecide.calibration.run import RunConfig, calibrate
+from llamadecide.cli.main import app
+
+ROOT = Path(__file__).resolve().parents[1]
+AGNEWS = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv"
+pytestmark = pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
+
+
+@pytest.fixture(scope="module")
+def slice_file(tmp_path_factory):
+    lines = AGNEWS.read_text(encoding="utf-8").splitlines()
+    path = tmp_path_factory.mktemp("data") / "agnews-slice.tsv"
+    path.write_text("\n".join(lines[::190][:40]) + "\n", encoding="utf-8")  # 40 items, all four topics
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_run(slice_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("calibration")
+    result = CliRunner().invoke(app, ["calibrate", str(slice_file), "--task", str(ROOT / "examples" / "agnews.yaml"),
+                                      "--text-column", "0", "--label-column", "1", "--calibration-size", "20",
+                                      "--test-size", "20", "--target-precision", "0.5", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_local_run_writes_report_plots_and_profile(local_run):
+    out, output = local_run
+    for name in ("report.html", "summary.json", "profile.json", "reliability.png", "risk_coverage.png", "predictions.jsonl"):
+        assert (out / name).stat().st_size > 0, name
+    summary = json.loads((out / "summary.json").read_text())
+    raw, calibrated = summary["test"]["raw"], summary["test"]["calibrated"]
+    assert summary["split"] == {"seed": 0, "calibration": 20, "test": 20}
+    for m in (raw, calibrated):
+        assert 0 <= m["accuracy"] <= 1 and m["nll"] > 0 and 0 <= m["ece_width"] <= 1
+        assert m["ece_width_ci"][0] <= m["ece_width"] <= m["ece_width_ci"][1] + 1e-12
+        assert len(m["per_class_ece"]) == 4
+    assert {c["label"] for c in summary["candidates"]} >= {"text mode, none", "text mode, temperature"}
+    profile = CalibrationProfile.load(out / "profile.json")
+    assert len(profile.model_sha256) == 64 and profile.prompt_format == "llamadecide-1" and profile.temperature > 0
+    assert "data:image/png;base64," in (out / "report.html").read_text()
+    assert "ECE (equal width)" in output
+
+
+def test_rerun_is_served_from_the_cache(local_run, slice_file, engine):
+    out, _ = local_run
+    calls = []
+
+    class Counting(LocalBackend):
+        def score(self, text, question):
+            calls.append(text)
+            return super().score(text, question)
+
+    task = load_task(ROOT / "examples" / "agnews.yaml")
+    items = read_labelled(slice_file, text_column="0", label_column="1")
+    calibrate(Counting(engine), task, items, RunConfig(out_dir=out, calibration_size=20, test_size=20, show_progress=False))
+    assert calls == []
+
+
+def test_http_and_sagemaker_backends_match_local(local_run, slice_file, server, tmp_path):
+    out, _ = local_run
+    task = load_task(ROOT / "examples" / "agnews.yaml")
+    items = read_labelled(slice_file, text_column="0", label_column="1")
+    local = json.loads((out / "summary.json").read_text())["model_sha256"]
+
+    class FakeRuntime:  # what boto3's sagemaker-runtime client does, sent to the real server's /invocations
+        def invoke_endpoint(self, **kwargs):
+            assert kwargs["EndpointName"] == "llamadecide-test" and kwargs["ContentType"] == "application/json"
+            response = httpx.post(f"{server.url}/invocations", content=kwargs["Body"], timeout=60,
+                                  headers={"Content-Type": kwargs["ContentType"],
+                                           "X-Amzn-SageMaker-Custom-Attributes": kwargs["CustomAttributes"]})
+            assert response.status_code == 200, response.text
+            return {"Body": io.BytesIO(response.content), "ContentType": "application/json"}
+
+    sagemaker = SageMakerBackend("llamadecide-test", client=FakeRuntime())
+    question = task.question()
+    with HTTPBackend(server.url, API_KEY) as http:
+        assert http.identity() == local == sagemaker.identity()  # the server reports its model's SHA-256
+        for item in items[:6]:
+            assert http.score(item.text, question).logprobs == pytest.approx(sagemaker.score(item.text, question).logprobs, abs=1e-9)
+        summary = calibrate(http, task, items, RunConfig(out_dir=tmp_path / "http", calibration_size=20, test_size=20,
+                                                         show_progress=False))
+    assert summary["model_sha256"] == local and summary["test"]["raw"]["n"] == 20
+
+
+def test_profile_is_served_and_mismatches_are_refused(local_run, tmp_path):
+    from llamadecide.bench.server_process import ServerProcess
+
+    out, _ = local_run
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    shutil.copy(out / "profile.json", profiles / "agnews.json")
+    profile = CalibrationProfile.load(out / "profile.json")
+    task = profile.task
+    body = {"model": "m", "input": "Stocks rallied as the central bank held rates.", "llamadecide": {"profile": profile.name},
+            "questions": [{"type": "choice", "instructions": task["instructions"], "choices": [{"value": v} for v in task["options"]]}]}
+    with ServerProcess("--profiles-dir", str(profiles)) as server:
+        answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]
+        assert answer["calibrated"] is True and answer["profile"] == profile.name
+        assert answer["action"] in ("auto", "escalate")
+        wrong = {**body, "questions": [{**body["questions"][0], "choices": [{"value": "a"}, {"value": "b"}]}]}
+        refused = httpx.post(f"{server.url}/v1/decisions", json=wrong, timeout=60)
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "profile_mismatch"
+        unknown = httpx.post(f"{server.url}/v1/decisions", json={**body, "llamadecide": {"profile": "nope"}}, timeout=60)
+        assert unknown.status_code == 400 and "loaded" in unknown.json()["error"]["message"]
+    # a profile fitted for another model file is refused when the server loads it
+    other = profile.model_copy(update={"model_sha256": "0" * 64, "name": "other"})
+    other.save(profiles / "other.json")
+    with pytest.raises(RuntimeError):
+        ServerProcess("--profiles-dir", str(profiles)).start(timeout=30)

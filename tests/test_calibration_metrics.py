@@ -1,0 +1,85 @@
+import numpy as np
+import pytest
+from sklearn.metrics import brier_score_loss, log_loss
+
+from llamadecide.calibration import metrics
+from llamadecide.calibration.fitting import Calibrator, candidates, cross_validated_nll, fit
+
+P = np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.2, 0.8]])
+Y = np.array([0, 1, 1, 0])
+
+
+def test_accuracy_nll_brier_by_hand_and_sklearn():
+    assert metrics.accuracy(P, Y) == 0.5
+    expected_nll = -(np.log(0.9) + np.log(0.4) + np.log(0.7) + np.log(0.2)) / 4
+    assert metrics.nll(P, Y) == pytest.approx(expected_nll)
+    assert metrics.nll(P, Y) == pytest.approx(log_loss(Y, P))
+    # multi-class Brier sums over both classes: 2 x the binary Brier of the positive class
+    by_hand = ((0.1**2 * 2) + (0.6**2 * 2) + (0.3**2 * 2) + (0.8**2 * 2)) / 4
+    assert metrics.brier(P, Y) == pytest.approx(by_hand)
+    assert metrics.brier(P, Y) == pytest.approx(2 * brier_score_loss(Y, P[:, 1]))
+
+
+def test_ece_equal_width_by_hand():
+    # top probabilities 0.9 (right), 0.6 (wrong), 0.7 (right), 0.8 (wrong); 10 bins of width 0.1:
+    # bins (0.5,0.6] 0.6 acc 0; (0.6,0.7] 0.7 acc 1; (0.7,0.8] 0.8 acc 0; (0.8,0.9] 0.9 acc 1
+    # ECE = (0.6 + 0.3 + 0.8 + 0.1) / 4 = 0.45
+    assert metrics.ece(P, Y, bins=10, strategy="width") == pytest.approx(0.45)
+    # 2 bins of equal mass: {0.6, 0.7} -> conf 0.65 acc 0.5; {0.8, 0.9} -> conf 0.85 acc 0.5
+    assert metrics.ece(P, Y, bins=2, strategy="mass") == pytest.approx(0.5 * 0.15 + 0.5 * 0.35)
+
+
+def test_perfectly_calibrated_data_has_small_ece():
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.5, 1.0, 20000)
+    correct = rng.uniform(size=p.size) < p
+    assert metrics.ece_from_conf(p, correct, bins=10) < 0.02
+    assert metrics.ece_from_conf(np.clip(p + 0.2, 0, 1), correct, bins=10) > 0.1
+
+
+def test_bootstrap_interval_brackets_the_estimate():
+    rng = np.random.default_rng(1)
+    Pm = rng.dirichlet(np.ones(3), 500)
+    y = rng.integers(0, 3, 500)
+    low, high = metrics.bootstrap_interval(metrics.accuracy, Pm, y, rounds=200)
+    assert low <= metrics.accuracy(Pm, y) <= high
+
+
+def test_per_class_ece_and_risk_coverage():
+    assert len(metrics.per_class_ece(P, Y, bins=10)) == 2
+    coverage, risk = metrics.risk_coverage(np.array([0.9, 0.8, 0.7, 0.6]), np.array([True, False, True, False]))
+    assert coverage.tolist() == [0.25, 0.5, 0.75, 1.0]
+    assert risk.tolist() == pytest.approx([0.0, 0.5, 1 / 3, 0.5])
+    assert metrics.aurc(np.array([0.9, 0.8, 0.7, 0.6]), np.array([True, False, True, False])) == pytest.approx((0 + 0.5 + 1 / 3 + 0.5) / 4)
+
+
+def _synthetic_overconfident(n, k=4, true_t=2.5, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 1, (n, k)) * 3.0
+    p_true = np.exp(logits / true_t)
+    p_true /= p_true.sum(1, keepdims=True)
+    y = np.array([rng.choice(k, p=row) for row in p_true])
+    return logits, y
+
+
+def test_temperature_fit_recovers_a_known_temperature():
+    L, y = _synthetic_overconfident(6000)
+    fitted = fit(L, None, y, kind="temperature", length_normalize=False)
+    assert fitted.temperature == pytest.approx(2.5, rel=0.1)
+    assert metrics.ece(fitted.apply(L, None), y) < metrics.ece(Calibrator().apply(L, None), y) / 3
+
+
+def test_bias_fit_corrects_a_prior_shift():
+    L, y = _synthetic_overconfident(6000, true_t=1.0)
+    shifted = L + np.array([2.0, 0, 0, 0])  # the model over-prefers option 0
+    fitted = fit(shifted, None, y, kind="temperature+bias", length_normalize=False)
+    assert fitted.bias[1] - fitted.bias[0] == pytest.approx(2.0, abs=0.3)
+    assert metrics.nll(fitted.apply(shifted, None), y) < metrics.nll(Calibrator().apply(shifted, None), y)
+
+
+def test_length_normalisation_needs_lengths_and_cv_prefers_the_truth():
+    L, y = _synthetic_overconfident(1500)
+    with pytest.raises(ValueError):
+        fit(L, None, y, kind="temperature", length_normalize=True)
+    cv = {c.label: cross_validated_nll(L, None, y, c) for c in candidates(False)}
+    assert cv["temperature"] < cv["none"]

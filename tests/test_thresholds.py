@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+
+from llamadecide.calibration.thresholds import (clopper_pearson_lower, conformal_quantile, conformal_report,
+                                               evaluate_threshold, select_threshold, smallest_passing_sample)
+
+
+def test_clopper_pearson_matches_scipy():
+    for k, n in [(95, 100), (50, 60), (1, 1), (999, 1000)]:
+        expected = binomtest(k, n).proportion_ci(confidence_level=0.90, method="exact").low  # two-sided 90% = one-sided 95%
+        assert clopper_pearson_lower(k, n, 0.95) == pytest.approx(expected, abs=1e-9)
+    assert clopper_pearson_lower(0, 10, 0.95) == 0.0
+
+
+def test_picks_the_loosest_threshold_that_passes_in_sequence():
+    conf = np.array([0.99] * 200 + [0.7] * 200 + [0.3] * 200)
+    correct = np.array([True] * 200 + [True] * 196 + [False] * 4 + [False] * 200)
+    result = select_threshold(conf, correct, target=0.9, confidence_level=0.95)
+    # every grid value in (0.3, 0.7] auto-handles the same 400 items: the loosest of them is chosen
+    assert result.threshold == 0.31 and result.auto == 400 and result.precision == pytest.approx(396 / 400)
+    assert result.lower_bound >= 0.9
+    assert select_threshold(np.full(100, 0.9), np.zeros(100, bool), target=0.9, confidence_level=0.95) is None
+
+
+def test_too_few_items_to_ever_pass_are_not_tested():
+    assert smallest_passing_sample(0.9, 0.95) == 29  # 0.05 ** (1 / 29) >= 0.9 > 0.05 ** (1 / 28)
+    conf = np.array([0.99] * 5 + [0.8] * 300)
+    correct = np.array([False] * 5 + [True] * 300)  # five confident mistakes alone cannot stop the sequence
+    result = select_threshold(conf, correct, target=0.9, confidence_level=0.95)
+    assert result is not None and result.auto == 305
+
+
+def test_sequence_stops_at_the_first_failure():
+    # a bad region at high confidence blocks looser thresholds even if they look fine overall
+    conf = np.array([0.95] * 100 + [0.5] * 1000)
+    correct = np.array([False] * 100 + [True] * 1000)
+    assert select_threshold(conf, correct, target=0.9, confidence_level=0.95) is None
+
+
+def _calibrated_world(rng, n):
+    conf = rng.beta(5, 2, n)  # confidence values, and the chance of being right equals them
+    return conf, rng.uniform(size=n) < conf
+
+
+def test_test_precision_misses_target_no_more_often_than_the_error_level():
+    """200 re-splits of data with known calibration: the chosen threshold's precision on a fresh
+    test part falls below the target at most delta = 5% of the time. The test part is large
+    (200,000 items) so that it measures the threshold, not its own sampling noise."""
+    rng = np.random.default_rng(0)
+    target, delta, misses, chosen = 0.8, 0.05, 0, 0
+    for _ in range(200):
+        conf_cal, correct_cal = _calibrated_world(rng, 1000)
+        result = select_threshold(conf_cal, correct_cal, target=target, confidence_level=1 - delta)
+        if result is None:
+            continue
+        chosen += 1
+        conf_test, correct_test = _calibrated_world(rng, 200_000)
+        test = evaluate_threshold(conf_test, correct_test, result.threshold)
+        if test["precision"] is not None and test["precision"] < target:
+            misses += 1
+    assert chosen > 150
+    assert misses / 200 <= delta
+
+
+def test_conformal_sets_cover_at_the_stated_rate():
+    rng = np.random.default_rng(3)
+
+    def world(n):
+        logits = rng.normal(0, 2, (n, 5))
+        P = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+        y = np.array([rng.choice(5, p=p) for p in P])
+        return P, y
+
+    P_cal, y_cal = world(2000)
+    P_test, y_test = world(4000)
+    qhat = conformal_quantile(P_cal, y_cal, alpha=0.1)
+    report = conformal_report(P_test, y_test, qhat)
+    assert 0.88 <= report["coverage"] <= 0.93
+    assert 1 <= report["mean_set_size"] <= 5 and 0 <= report["singleton_rate"] <= 1
