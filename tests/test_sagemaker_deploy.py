@@ -155,3 +155,13 @@ def test_missing_region_and_credentials(monkeypatch):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(DeployError, match="no AWS credentials"):
         deployer.create(spec(), wait=False)
+
+
+def test_delete_without_credentials_is_a_clear_error(monkeypatch):
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(DeployError, match="no AWS credentials"):
+        Deployer(region=REGION).delete("ld-test")

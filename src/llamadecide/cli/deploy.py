@@ -110,4 +110,10 @@ def batch(
 @deploy_app.command("delete")
 def delete(name: Annotated[str, typer.Option("--name", help="Endpoint name")], region: RegionOption = None) -> None:
     """Delete the endpoint, its configuration and its model."""
-    typer.echo("\n".join(_deployer(region).delete(name)) or "nothing to delete")
+    from llamadecide.sagemaker.deploy import DeployError
+
+    try:
+        removed = _deployer(region).delete(name)
+    except DeployError as exc:
+        raise fail(str(exc)) from exc
+    typer.echo("\n".join(removed) or "nothing to delete")

@@ -189,8 +189,14 @@ class Deployer:
 
     def delete(self, endpoint: str) -> list[str]:
         """Endpoint, then its configuration and model; tolerant of parts already gone."""
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import ClientError, NoCredentialsError
 
+        try:
+            return self._delete(endpoint, ClientError)
+        except NoCredentialsError as exc:
+            raise DeployError("delete: no AWS credentials (configure a profile or AWS_ACCESS_KEY_ID)") from exc
+
+    def _delete(self, endpoint: str, ClientError: type[Exception]) -> list[str]:
         removed: list[str] = []
         config = model = None
         try:
