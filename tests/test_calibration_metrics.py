@@ -83,3 +83,19 @@ def test_length_normalisation_needs_lengths_and_cv_prefers_the_truth():
         fit(L, None, y, kind="temperature", length_normalize=True)
     cv = {c.label: cross_validated_nll(L, None, y, c) for c in candidates(False)}
     assert cv["temperature"] < cv["none"]
+
+
+def test_fitted_calibrator_equals_what_the_server_applies():
+    """A profile's parameters go through decisions.maths.normalise when served: it must give the
+    same probabilities the calibration run measured."""
+    from llamadecide.decisions import maths
+
+    rng = np.random.default_rng(5)
+    L = rng.normal(-5, 2, (20, 3))
+    lengths = rng.integers(1, 6, (20, 3)).astype(float)
+    calibrator = Calibrator("temperature+bias", True, 1.7, (0.0, -0.4, 0.9))
+    P = calibrator.apply(L, lengths)
+    for row, lens, probs in zip(L, lengths, P):
+        served = maths.normalise(row, temperature=1.7, lengths=lens, bias=calibrator.bias)
+        assert served == pytest.approx(probs, abs=1e-12)
+    assert maths.confidence(P) == pytest.approx([maths.confidence(p) for p in P])

@@ -20,6 +20,7 @@ from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plo
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.calibration.report import write_html
 from llamadecide.calibration.thresholds import conformal_quantile, conformal_report, evaluate_threshold, select_threshold
+from llamadecide.decisions.maths import confidence
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.errors import InvalidRequestError
 
@@ -49,12 +50,6 @@ def split(n: int, calibration_size: int | None, test_size: int | None, seed: int
         raise InvalidRequestError(f"cannot split {n} items into {cal} calibration and {test} test items")
     order = np.random.default_rng(seed).permutation(n)
     return np.sort(order[:cal]), np.sort(order[cal:cal + test])
-
-
-def confidence_of(P: np.ndarray) -> np.ndarray:
-    """The served `confidence`: chance-corrected top probability."""
-    k = P.shape[1]
-    return np.clip((P.max(1) - 1.0 / k) / (1.0 - 1.0 / k), 0.0, 1.0)
 
 
 def score_items(backend: Backend, task: Task, items: list[LabelledItem], mode: str, cache: ScoreCache,
@@ -124,9 +119,9 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     P_cal_test = chosen.apply(L[test_idx], lengths_test)
     P_cal_cal = chosen.apply(L[cal_idx], lengths_cal)
 
-    threshold = select_threshold(confidence_of(P_cal_cal), P_cal_cal.argmax(1) == y_cal,
+    threshold = select_threshold(confidence(P_cal_cal), P_cal_cal.argmax(1) == y_cal,
                                  target=config.target_precision, confidence_level=config.confidence_level)
-    test_threshold = (evaluate_threshold(confidence_of(P_cal_test), P_cal_test.argmax(1) == y_test, threshold.threshold)
+    test_threshold = (evaluate_threshold(confidence(P_cal_test), P_cal_test.argmax(1) == y_test, threshold.threshold)
                       if threshold else None)
     qhat = conformal_quantile(P_cal_cal, y_cal, config.conformal_alpha)
     conformal = {"alpha": config.conformal_alpha, **conformal_report(P_cal_test, y_test, qhat)}

@@ -40,14 +40,15 @@ def label_mass(logprobs: Sequence[float]) -> float:
     return float(np.exp(np.asarray(logprobs, dtype=np.float64)).sum())
 
 
-def confidence(probabilities: Sequence[float]) -> float:
-    """Chance-corrected top probability: 0 for a uniform answer, 1 for a certain one."""
+def confidence(probabilities: Sequence[float] | np.ndarray) -> float | np.ndarray:
+    """Chance-corrected top probability: 0 for a uniform answer, 1 for a certain one. One answer
+    (a vector) gives a float; a matrix of answers (one per row) gives an array."""
     p = np.asarray(probabilities, dtype=np.float64)
-    k = p.size
+    k = p.shape[-1]
     if k < 2:
         raise ValueError("confidence needs at least two options")
-    value = (p.max() - 1.0 / k) / (1.0 - 1.0 / k)
-    return float(min(1.0, max(0.0, value)))
+    value = np.clip((p.max(-1) - 1.0 / k) / (1.0 - 1.0 / k), 0.0, 1.0)
+    return float(value) if p.ndim == 1 else value
 
 
 def expected_score(probabilities: Sequence[float]) -> float:
