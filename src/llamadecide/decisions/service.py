@@ -90,6 +90,11 @@ class _Scored:
     sequences: list[list[int]]  # prompt + answer + end marker, one per option
     boundaries: list[int]  # index where each answer's own tokens begin
 
+    @property
+    def answer_lengths(self) -> list[int]:
+        """Tokens scored for each option: its own tokens and the end marker."""
+        return [len(s) - b for s, b in zip(self.sequences, self.boundaries)]
+
 
 def _common_prefix(sequences: Sequence[Sequence[int]]) -> int:
     first = sequences[0]
@@ -151,13 +156,11 @@ class Decider:
         answers: list[Answer] = []
         cursor = 0
         for item, rule in zip(scored, per_question):
-            totals, lengths = [], []
-            for sequence, boundary in zip(item.sequences, item.boundaries):
-                own = logprobs[cursor][boundary - shared :]
-                totals.append(float(own.sum()))
-                lengths.append(len(sequence) - boundary)
+            totals = []
+            for boundary in item.boundaries:
+                totals.append(float(logprobs[cursor][boundary - shared :].sum()))
                 cursor += 1
-            answers.append(_answer(item.question, totals, lengths, rule))
+            answers.append(_answer(item.question, totals, item.answer_lengths, rule))
         distinct = shared + _distinct_prefixes(continuations)
         cached = int(getattr(self.engine, "last_reused_tokens", 0))
         return Decision(answers, distinct, shared, time.perf_counter() - began, {"cached_tokens": cached})
@@ -166,11 +169,8 @@ class Decider:
         """Reference path: one full evaluation from scratch per option. Slow; for checks and the
         benchmark baseline."""
         item = self._tokenize(render_state(state), question)
-        totals, lengths = [], []
-        for sequence, boundary in zip(item.sequences, item.boundaries):
-            totals.append(float(self.engine.score_naive(sequence, boundary).sum()))
-            lengths.append(len(sequence) - boundary)
-        return _answer(question, totals, lengths, scoring or Scoring())
+        totals = [float(self.engine.score_naive(s, b).sum()) for s, b in zip(item.sequences, item.boundaries)]
+        return _answer(question, totals, item.answer_lengths, scoring or Scoring())
 
 
 def _distinct_prefixes(sequences: Sequence[Sequence[int]]) -> int:

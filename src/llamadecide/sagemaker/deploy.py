@@ -192,28 +192,23 @@ class Deployer:
         from botocore.exceptions import ClientError, NoCredentialsError
 
         try:
-            return self._delete(endpoint, ClientError)
+            try:
+                config = self.sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointConfigName"]
+                variants = self.sagemaker.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"]
+                model = variants[0]["ModelName"] if variants else None
+            except ClientError:
+                config, model = f"{endpoint}-config", f"{endpoint}-model"
+            removed: list[str] = []
+            for what, fn, key, name in (("endpoint", self.sagemaker.delete_endpoint, "EndpointName", endpoint),
+                                        ("endpoint config", self.sagemaker.delete_endpoint_config, "EndpointConfigName", config),
+                                        ("model", self.sagemaker.delete_model, "ModelName", model)):
+                if name is None:
+                    continue
+                try:
+                    fn(**{key: name})
+                    removed.append(f"{what} {name}")
+                except ClientError as exc:
+                    log.info("%s already gone: %s", what, exc)
+            return removed
         except NoCredentialsError as exc:
             raise DeployError("delete: no AWS credentials (configure a profile or AWS_ACCESS_KEY_ID)") from exc
-
-    def _delete(self, endpoint: str, ClientError: type[Exception]) -> list[str]:
-        removed: list[str] = []
-        config = model = None
-        try:
-            described = self.sagemaker.describe_endpoint(EndpointName=endpoint)
-            config = described["EndpointConfigName"]
-            variants = self.sagemaker.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"]
-            model = variants[0]["ModelName"] if variants else None
-        except ClientError:
-            config, model = f"{endpoint}-config", f"{endpoint}-model"
-        for what, fn, kwargs in (("endpoint", self.sagemaker.delete_endpoint, {"EndpointName": endpoint}),
-                                 ("endpoint config", self.sagemaker.delete_endpoint_config, {"EndpointConfigName": config}),
-                                 ("model", self.sagemaker.delete_model, {"ModelName": model})):
-            if list(kwargs.values())[0] is None:
-                continue
-            try:
-                fn(**kwargs)
-                removed.append(f"{what} {list(kwargs.values())[0]}")
-            except ClientError as exc:
-                log.info("%s already gone: %s", what, exc)
-        return removed
