@@ -1,8 +1,14 @@
 from __future__ import annotations
 
-import pytest
+import os
 
-import sys
+# The suite runs on the small SmolLM2 wherever no model is named (in-process and in the servers it
+# starts), whatever the installed default is.
+os.environ["LLAMADECIDE_DEFAULT_MODEL"] = "smollm2-135m-instruct"
+
+import pytest  # noqa: E402
+
+import sys  # noqa: E402
 from pathlib import Path
 
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path

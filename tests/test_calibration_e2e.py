@@ -65,9 +65,9 @@ def test_rerun_is_served_from_the_cache(local_run, slice_file, engine):
     calls = []
 
     class Counting(LocalBackend):
-        def score(self, text, question):
+        def score(self, text, question, **options):
             calls.append(text)
-            return super().score(text, question)
+            return super().score(text, question, **options)
 
     task = load_task(ROOT / "examples" / "agnews.yaml")
     items = read_labelled(slice_file, text_column="0", label_column="1")

@@ -48,3 +48,24 @@ def test_bad_input_is_a_clear_error_not_a_traceback():
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output, (args, result.output)
         assert "Traceback" not in result.output
+
+
+def test_prior_correction_and_rotations_from_the_cli():
+    result = runner.invoke(app, ["decide", TICKET, "-q", "Which team?", "-o", "billing", "-o", "sales", "-o", "legal",
+                                 "--mode", "labels", "--rotations", "3", "--prior-correction"])
+    assert result.exit_code == 0, result.output
+    assert "prior-corrected, 3 rotations" in " ".join(result.output.split())
+    result = runner.invoke(app, ["decide", TICKET, "-q", "Which team?", "-o", "a", "-o", "b", "--rotations", "3"])
+    assert result.exit_code == 2 and "at most 2 rotations" in result.output
+
+
+def test_models_lists_every_bundled_model():
+    result = runner.invoke(app, ["models", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.output)}
+    assert set(rows) >= {"qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct", "gemma-3-270m"}
+    assert rows["smollm2-135m-instruct"]["state"] == "ready"
+    assert rows["gemma-3-270m"]["kind"] == "base"
+    assert rows["qwen2.5-coder-1.5b-instruct"]["licence"] == "Apache-2.0"
+    result = runner.invoke(app, ["models", "--assemble", "no-such-model"])
+    assert result.exit_code == 2 and "unknown bundled model" in result.output

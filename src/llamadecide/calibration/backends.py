@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from llamadecide.decisions import Decider, Question
+from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.errors import LlamaDecideError
 
@@ -19,16 +20,21 @@ from llamadecide.errors import LlamaDecideError
 class ItemScores:
     logprobs: list[float]
     n_tokens: list[int] | None
+    hidden: np.ndarray | None = None  # final hidden state at the answer position (local engine only)
 
 
 class Backend(Protocol):
     description: str
+    supports_hidden: bool
 
     def identity(self) -> str: ...
-    def score(self, text: str, question: Question) -> ItemScores: ...
+    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False) -> ItemScores: ...
+    def content_free(self, question: Question, *, rotations: int = 1) -> tuple[np.ndarray, np.ndarray | None]: ...
 
 
 class LocalBackend:
+    supports_hidden = True
+
     def __init__(self, engine) -> None:
         self.engine = engine
         self.decider = Decider(engine)
@@ -37,9 +43,12 @@ class LocalBackend:
     def identity(self) -> str:
         return self.engine.model_sha256
 
-    def score(self, text: str, question: Question) -> ItemScores:
-        answer = self.decider.decide(text, [question]).answers[0]
-        return ItemScores([o.logprob for o in answer.options], [o.n_tokens for o in answer.options])
+    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False) -> ItemScores:
+        logprobs, lengths, state = self.decider.scores(text, question, rotations=rotations, hidden=hidden)
+        return ItemScores(logprobs, lengths, state)
+
+    def content_free(self, question: Question, *, rotations: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.decider.content_free_scores(question, rotations=rotations)
 
 
 def wire_question(question: Question) -> dict[str, Any]:
@@ -67,6 +76,8 @@ def _logprobs_from_answer(answer: dict, question: Question) -> ItemScores:
 
 
 class _RemoteBackend:
+    supports_hidden = False
+
     def __init__(self) -> None:
         self._identity: str | None = None
 
@@ -79,9 +90,11 @@ class _RemoteBackend:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _body(self, text: str, question: Question) -> dict:
-        return {"model": "default", "input": text, "questions": [wire_question(question)],
-                "llamadecide": {"mode": question.mode}}
+    def _body(self, text: str, question: Question, rotations: int = 1) -> dict:
+        extension: dict[str, Any] = {"mode": question.mode}
+        if rotations > 1:
+            extension["rotations"] = rotations
+        return {"model": "default", "input": text, "questions": [wire_question(question)], "llamadecide": extension}
 
     def _post(self, body: dict) -> dict:  # pragma: no cover - implemented by subclasses
         raise NotImplementedError
@@ -97,8 +110,16 @@ class _RemoteBackend:
                                        f"{PROMPT_FORMAT_VERSION!r}")
         return self._identity
 
-    def score(self, text: str, question: Question) -> ItemScores:
-        return _logprobs_from_answer(self._post(self._body(text, question))["answers"][0], question)
+    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False) -> ItemScores:
+        if hidden:
+            raise LlamaDecideError(f"{self.description} does not expose hidden states; fit heads with the local backend")
+        return _logprobs_from_answer(self._post(self._body(text, question, rotations))["answers"][0], question)
+
+    def content_free(self, question: Question, *, rotations: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
+        """The endpoint's answers on content-free inputs (normalised log-probabilities: the prior is
+        the same whether or not they were normalised)."""
+        rows = [self.score(text, question, rotations=rotations).logprobs for text in CONTENT_FREE_INPUTS]
+        return np.asarray(rows), None
 
 
 class HTTPBackend(_RemoteBackend):

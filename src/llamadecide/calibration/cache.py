@@ -3,10 +3,13 @@ model identity (SHA-256), prompt format, scoring mode, task and item text."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import sqlite3
 from pathlib import Path
+
+import numpy as np
 
 from llamadecide.calibration.backends import ItemScores
 
@@ -26,11 +29,15 @@ class ScoreCache:
         if row is None:
             return None
         data = json.loads(row[0])
-        return ItemScores(data["logprobs"], data["n_tokens"])
+        hidden = data.get("hidden")
+        return ItemScores(data["logprobs"], data["n_tokens"],
+                          None if hidden is None else np.frombuffer(base64.b64decode(hidden), dtype="<f4").astype(np.float64))
 
     def put(self, key: str, scores: ItemScores) -> None:
-        self.db.execute("INSERT OR REPLACE INTO scores VALUES (?, ?)",
-                        (key, json.dumps({"logprobs": scores.logprobs, "n_tokens": scores.n_tokens})))
+        data = {"logprobs": scores.logprobs, "n_tokens": scores.n_tokens}
+        if scores.hidden is not None:  # float32 is what llama.cpp computed; base64 keeps the file small
+            data["hidden"] = base64.b64encode(np.asarray(scores.hidden, dtype="<f4").tobytes()).decode()
+        self.db.execute("INSERT OR REPLACE INTO scores VALUES (?, ?)", (key, json.dumps(data)))
 
     def commit(self) -> None:
         self.db.commit()

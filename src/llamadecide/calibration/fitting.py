@@ -1,6 +1,7 @@
-"""Calibrators fitted on the calibration part: temperature scaling, optionally with a per-option
-bias (prior correction), optionally on length-normalised log-likelihoods; chosen by
-cross-validated NLL on the calibration part alone."""
+"""Calibrators fitted on the calibration part, chosen by cross-validated NLL on the calibration
+part alone: temperature scaling, optionally with a per-option bias, on raw, length-normalised or
+content-free-prior-corrected log-likelihoods; or a head (multinomial logistic regression on the
+option log-likelihoods and the model's hidden state at the answer position)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 from sklearn.model_selection import StratifiedKFold
 
-Kind = Literal["none", "temperature", "temperature+bias"]
+from llamadecide.decisions.maths import content_free_prior, head_features, head_probabilities
+
+Kind = Literal["none", "temperature", "temperature+bias", "head"]
 
 
 @dataclass(frozen=True)
@@ -20,15 +23,61 @@ class Calibrator:
     length_normalize: bool = False
     temperature: float = 1.0
     bias: tuple[float, ...] | None = None
+    prior: tuple[float, ...] | None = None  # content-free log prior, subtracted (prior correction)
 
     def scores(self, L: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
         S = L / lengths if self.length_normalize else L
+        if self.prior is not None:
+            S = S - np.asarray(self.prior)
         if self.bias is not None:
             S = S + np.asarray(self.bias)
         return S / self.temperature
 
-    def apply(self, L: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
+    def apply(self, L: np.ndarray, lengths: np.ndarray | None, hidden: np.ndarray | None = None) -> np.ndarray:
         return softmax(self.scores(L, lengths))
+
+
+@dataclass(frozen=True)
+class HeadCalibrator:
+    """softmax(W f + c) over `maths.head_features`; the standardisation is folded into W and c, so
+    serving needs no scikit-learn."""
+
+    weights: np.ndarray
+    intercept: np.ndarray
+    C: float
+    kind: Kind = "head"
+    length_normalize: bool = False
+    prior: None = None
+
+    def apply(self, L: np.ndarray, lengths: np.ndarray | None, hidden: np.ndarray | None = None) -> np.ndarray:
+        if hidden is None:
+            raise ValueError("a head needs hidden states (the local backend provides them)")
+        return head_probabilities(head_features(L, hidden), self.weights, self.intercept)
+
+
+def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float) -> HeadCalibrator:
+    """Multinomial logistic regression on standardised features; classes absent from `y` get a
+    very low intercept (never predicted), so the head always has one row per option."""
+    from sklearn.linear_model import LogisticRegression
+
+    k = L.shape[1]
+    X = head_features(L, hidden)
+    mean = X.mean(0)
+    scale = X.std(0)
+    scale[scale < 1e-8] = 1.0
+    model = LogisticRegression(C=C, max_iter=2000)
+    model.fit((X - mean) / scale, y)
+    coef = np.atleast_2d(model.coef_)
+    intercept = np.atleast_1d(model.intercept_)
+    if len(model.classes_) == 2 and coef.shape[0] == 1:
+        coef = np.vstack([np.zeros_like(coef[0]), coef[0]])
+        intercept = np.array([0.0, intercept[0]])
+    weights = np.zeros((k, X.shape[1]))
+    bias = np.full(k, -30.0)
+    for row, cls in enumerate(model.classes_):
+        weights[cls] = coef[row] / scale
+        bias[cls] = intercept[row] - float(np.dot(coef[row] / scale, mean))
+    return HeadCalibrator(weights, bias, C)
 
 
 def softmax(S: np.ndarray) -> np.ndarray:
@@ -43,57 +92,111 @@ def _nll(S: np.ndarray, y: np.ndarray) -> float:
 
 
 def fit(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, *, kind: Kind, length_normalize: bool,
-        l2: float = 1e-3) -> Calibrator:
+        l2: float = 1e-3, prior: np.ndarray | None = None) -> Calibrator:
     if length_normalize and lengths is None:
         raise ValueError("length normalisation needs token counts (the local backend provides them)")
     base = L / lengths if length_normalize else L
+    prior_t = tuple(float(p) for p in prior) if prior is not None else None
+    if prior is not None:
+        base = base - np.asarray(prior)
     if kind == "none":
-        return Calibrator("none", length_normalize)
+        return Calibrator("none", length_normalize, prior=prior_t)
     if kind == "temperature":
         result = minimize_scalar(lambda log_t: _nll(base / np.exp(log_t), y), bounds=(-4.0, 4.0), method="bounded")
-        return Calibrator("temperature", length_normalize, float(np.exp(result.x)))
+        return Calibrator("temperature", length_normalize, float(np.exp(result.x)), prior=prior_t)
     k = L.shape[1]
 
     def objective(theta: np.ndarray) -> float:
         bias = np.concatenate([[0.0], theta[1:]])
         return _nll((base + bias) / np.exp(theta[0]), y) + l2 * float((theta[1:] ** 2).sum())
 
-    start = fit(L, lengths, y, kind="temperature", length_normalize=length_normalize)
+    start = fit(L, lengths, y, kind="temperature", length_normalize=length_normalize, prior=prior)
     theta0 = np.concatenate([[np.log(start.temperature)], np.zeros(k - 1)])
     result = minimize(objective, theta0, method="L-BFGS-B")
     bias = tuple(float(b) for b in np.concatenate([[0.0], result.x[1:]]))
-    return Calibrator("temperature+bias", length_normalize, float(np.exp(result.x[0])), bias)
+    return Calibrator("temperature+bias", length_normalize, float(np.exp(result.x[0])), bias, prior=prior_t)
 
 
 @dataclass(frozen=True)
 class Candidate:
     kind: Kind
     length_normalize: bool
+    prior_correction: bool = False
+    C: float = 0.0  # heads only: inverse regularisation strength
 
     @property
     def label(self) -> str:
-        return f"{self.kind}{' + length norm' if self.length_normalize else ''}"
+        if self.kind == "head":
+            return f"head (C={self.C:g})"
+        parts = [self.kind]
+        if self.prior_correction:
+            parts.append("prior-corrected")
+        if self.length_normalize:
+            parts.append("length norm")
+        return " + ".join(parts)
+
+    @property
+    def method(self) -> str:
+        """The family the issue tracker and README talk about: zero-shot, prior-corrected, head."""
+        return "head" if self.kind == "head" else ("prior-corrected" if self.prior_correction else "zero-shot")
 
 
-def candidates(has_lengths: bool) -> list[Candidate]:
+HEAD_C_GRID = (0.05, 0.5)
+
+
+def candidates(has_lengths: bool, *, has_prior: bool = False, has_hidden: bool = False) -> list[Candidate]:
     kinds: list[Kind] = ["none", "temperature", "temperature+bias"]
     norms = [False, True] if has_lengths else [False]
-    return [Candidate(k, n) for n in norms for k in kinds]
+    priors = [False, True] if has_prior else [False]
+    found = [Candidate(k, n, p) for p in priors for n in norms for k in kinds]
+    if has_hidden:
+        found.extend(Candidate("head", False, C=c) for c in HEAD_C_GRID)
+    return found
+
+
+def fit_candidate(candidate: Candidate, L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, *,
+                  prior: np.ndarray | None = None, hidden: np.ndarray | None = None) -> Calibrator | HeadCalibrator:
+    if candidate.kind == "head":
+        if hidden is None:
+            raise ValueError("a head needs hidden states")
+        return fit_head(L, hidden, y, C=candidate.C)
+    if candidate.prior_correction and prior is None:
+        raise ValueError("prior correction needs the content-free prior")
+    return fit(L, lengths, y, kind=candidate.kind, length_normalize=candidate.length_normalize,
+               prior=prior if candidate.prior_correction else None)
+
+
+def content_free_prior_for(candidate: Candidate, rows: np.ndarray | None, lengths: np.ndarray | None) -> np.ndarray | None:
+    """The prior a candidate subtracts: from the content-free rows, normalised the same way."""
+    if rows is None or not candidate.prior_correction:
+        return None
+    return content_free_prior(rows, lengths if candidate.length_normalize else None)
+
+
+def cross_validated(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, candidate: Candidate, *,
+                    prior: np.ndarray | None = None, hidden: np.ndarray | None = None, folds: int = 5,
+                    seed: int = 0) -> dict[str, float]:
+    """Held-out NLL and accuracy of a candidate over folds of the calibration part."""
+    losses, hits = [], []
+    for train, held in splitter(L, y, folds, seed):
+        calibrator = fit_candidate(candidate, L[train], None if lengths is None else lengths[train], y[train], prior=prior,
+                                   hidden=None if hidden is None else hidden[train])
+        P = calibrator.apply(L[held], None if lengths is None else lengths[held], None if hidden is None else hidden[held])
+        losses.append(-np.log(np.clip(P[np.arange(len(held)), y[held]], 1e-12, 1.0)))
+        hits.append(P.argmax(1) == y[held])
+    return {"nll": float(np.concatenate(losses).mean()), "accuracy": float(np.concatenate(hits).mean())}
+
+
+def splitter(L: np.ndarray, y: np.ndarray, folds: int, seed: int):
+    from sklearn.model_selection import KFold
+
+    counts = np.bincount(y, minlength=L.shape[1])
+    present = counts[counts > 0]
+    if len(present) >= 2 and present.min() >= folds:
+        return StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(L, y)
+    return KFold(n_splits=folds, shuffle=True, random_state=seed).split(L, y)
 
 
 def cross_validated_nll(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, candidate: Candidate, *,
                         folds: int = 5, seed: int = 0) -> float:
-    counts = np.bincount(y, minlength=L.shape[1])
-    usable = max(2, min(folds, int(counts[counts > 0].min()) if counts.any() else 2))
-    splitter = StratifiedKFold(n_splits=usable, shuffle=True, random_state=seed) if usable >= 2 and counts[counts > 0].min() >= usable else None
-    if splitter is None:
-        from sklearn.model_selection import KFold
-
-        splitter = KFold(n_splits=folds, shuffle=True, random_state=seed)
-    losses = []
-    for train, held in splitter.split(L, y):
-        calibrator = fit(L[train], None if lengths is None else lengths[train], y[train],
-                         kind=candidate.kind, length_normalize=candidate.length_normalize)
-        P = calibrator.apply(L[held], None if lengths is None else lengths[held])
-        losses.append(-np.log(np.clip(P[np.arange(len(held)), y[held]], 1e-12, 1.0)).mean())
-    return float(np.mean(losses))
+    return cross_validated(L, lengths, y, candidate, folds=folds, seed=seed)["nll"]

@@ -7,9 +7,27 @@ import json
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
 from llamadecide.errors import InvalidRequestError, ModelLoadError, ProfileMismatchError
+
+
+class HeadParams(BaseModel):
+    """A fitted head: softmax(weights @ features + intercept), features as `maths.head_features`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    features: Literal["loglik+hidden-1"] = "loglik+hidden-1"
+    hidden_size: int
+    weights: list[list[float]]  # options x (options + hidden_size)
+    intercept: list[float]
+    C: float
+
+    @classmethod
+    def from_calibrator(cls, head) -> "HeadParams":
+        k = head.weights.shape[0]
+        return cls(hidden_size=int(head.weights.shape[1] - k), weights=head.weights.tolist(),
+                   intercept=head.intercept.tolist(), C=head.C)
 
 
 class CalibrationProfile(BaseModel):
@@ -21,15 +39,42 @@ class CalibrationProfile(BaseModel):
     prompt_format: str
     task: dict[str, Any]  # type, instructions, options, fingerprint
     mode: Literal["text", "labels"]
-    calibrator: Literal["none", "temperature", "temperature+bias"]
+    calibrator: Literal["none", "temperature", "temperature+bias", "head"]
     length_normalize: bool
     temperature: float
     bias: Optional[list[float]] = None
+    method: Literal["zero-shot", "prior-corrected", "head"] = "zero-shot"
+    prior_correction: bool = False
+    rotations: int = 1
+    head: Optional[HeadParams] = None
     threshold: Optional[float] = None  # act automatically when confidence >= threshold; None: always escalate
     target_precision: float
     confidence_level: float
     dataset_fingerprint: str
     metrics: dict[str, Any]
+    _scoring: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "CalibrationProfile":
+        if (self.calibrator == "head") != (self.head is not None):
+            raise ValueError("a profile has head parameters exactly when its calibrator is 'head'")
+        if self.head is not None and len(self.head.weights) != len(self.task["options"]):
+            raise ValueError("the head has one row per option")
+        return self
+
+    def scoring(self):
+        """The decisions library's Scoring for this profile (built once)."""
+        if self._scoring is None:
+            import numpy as np
+
+            from llamadecide.decisions import Scoring
+            from llamadecide.decisions.service import Head
+
+            head = Head(np.asarray(self.head.weights), np.asarray(self.head.intercept)) if self.head else None
+            self._scoring = Scoring(temperature=self.temperature, length_normalize=self.length_normalize,
+                                    bias=tuple(self.bias) if self.bias else None, prior_correction=self.prior_correction,
+                                    rotations=self.rotations, head=head)
+        return self._scoring
 
     def save(self, path: Path) -> None:
         Path(path).write_text(self.model_dump_json(indent=2), encoding="utf-8")

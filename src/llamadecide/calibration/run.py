@@ -15,9 +15,10 @@ from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import Backend
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.fitting import Calibrator, candidates, cross_validated_nll, fit
+from llamadecide.calibration.fitting import (Calibrator, Candidate, HeadCalibrator, candidates, content_free_prior_for,
+                                             cross_validated, fit_candidate, splitter)
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
-from llamadecide.calibration.profile import CalibrationProfile
+from llamadecide.calibration.profile import CalibrationProfile, HeadParams
 from llamadecide.calibration.report import write_html
 from llamadecide.calibration.thresholds import conformal_quantile, conformal_report, evaluate_threshold, select_threshold
 from llamadecide.decisions.maths import confidence
@@ -35,6 +36,10 @@ class RunConfig:
     confidence_level: float = 0.95
     conformal_alpha: float = 0.1
     compare_modes: bool = False
+    rotations: int = 1  # also score with this many option-order rotations (chosen only if better)
+    prior_correction: bool = True  # also try content-free prior correction
+    head: bool = True  # also try a head on the hidden state (local backend)
+    only_mode: str | None = None  # score in this mode instead of the task's default
     bins: int = 15
     bootstrap_rounds: int = 200
     profile_name: str | None = None
@@ -52,29 +57,86 @@ def split(n: int, calibration_size: int | None, test_size: int | None, seed: int
     return np.sort(order[:cal]), np.sort(order[cal:cal + test])
 
 
-def score_items(backend: Backend, task: Task, items: list[LabelledItem], mode: str, cache: ScoreCache,
-                show_progress: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    question = task.question(mode)
+@dataclass(frozen=True)
+class Variant:
+    """How items are put to the model: scoring mode and number of option-order rotations."""
+
+    mode: str
+    rotations: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode} mode" + (f", {self.rotations} rotations" if self.rotations > 1 else "")
+
+
+@dataclass
+class VariantScores:
+    L: np.ndarray  # items x options: log-likelihoods
+    lengths: np.ndarray | None  # token counts (local backend)
+    hidden: np.ndarray | None  # items x hidden size, at the answer position (local backend)
+    content_free: tuple[np.ndarray, np.ndarray | None] | None  # rows on content-free inputs, their lengths
+
+
+def _cache_mode(variant: Variant, hidden: bool) -> str:
+    mode = variant.mode if variant.rotations == 1 else f"{variant.mode}|rotations={variant.rotations}"
+    return mode + ("|hidden" if hidden else "")
+
+
+def variants_for(task: Task, config: "RunConfig") -> list[Variant]:
+    """The default mode first; the other mode with --compare-modes; labels mode with rotations."""
+    default_mode = config.only_mode or task.question().mode
+    modes = [default_mode] + ([m for m in ("text", "labels") if m != default_mode] if config.compare_modes else [])
+    found = [Variant(m) for m in modes]
+    if config.rotations > 1 and task.type != "score" and "labels" in modes:
+        found.append(Variant("labels", min(config.rotations, len(task.options))))
+    return found
+
+
+def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, config: "RunConfig",
+                   cache: ScoreCache) -> dict[Variant, VariantScores]:
+    """Every variant's scores for the used items (rows of the unused items stay zero). Item by item,
+    all variants in a row, so each variant reuses the state the previous one left in the cache;
+    hidden states are read once per mode, right after that mode's scoring (one token's work)."""
+    variants = variants_for(task, config)
+    want_hidden = config.head and backend.supports_hidden
+    hidden_variant: dict[Variant, bool] = {}
+    for variant in variants:
+        hidden_variant[variant] = want_hidden and not any(hidden_variant.get(v) for v in hidden_variant if v.mode == variant.mode)
+    questions = {v: task.question(v.mode) for v in variants}
     identity = backend.identity()
-    rows, lengths = [], []
+    k = len(task.options)
+    L = {v: np.zeros((len(items), k)) for v in variants}
+    lengths: dict[Variant, np.ndarray | None] = {v: np.ones((len(items), k)) for v in variants}
+    hidden: dict[str, np.ndarray] = {}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  disable=not show_progress) as progress:
-        bar = progress.add_task(f"scoring ({mode} mode)", total=len(items))
-        for n, item in enumerate(items):
-            key = cache.key(identity, PROMPT_FORMAT_VERSION, mode, task.fingerprint(), item.text)
-            scores = cache.get(key)
-            if scores is None:
-                scores = backend.score(item.text, question)
-                cache.put(key, scores)
-                if n % 20 == 0:
-                    cache.commit()
-            rows.append(scores.logprobs)
-            lengths.append(scores.n_tokens)
+                  disable=not config.show_progress) as progress:
+        bar = progress.add_task("scoring (" + "; ".join(v.label for v in variants) + ")", total=len(used))
+        for n, i in enumerate(used):
+            for variant in variants:
+                key = cache.key(identity, PROMPT_FORMAT_VERSION, _cache_mode(variant, hidden_variant[variant]),
+                                task.fingerprint(), items[i].text)
+                scores = cache.get(key)
+                if scores is None:
+                    scores = backend.score(items[i].text, questions[variant], rotations=variant.rotations,
+                                           hidden=hidden_variant[variant])
+                    cache.put(key, scores)
+                L[variant][i] = scores.logprobs
+                if scores.n_tokens is None:
+                    lengths[variant] = None
+                elif lengths[variant] is not None:
+                    lengths[variant][i] = scores.n_tokens
+                if scores.hidden is not None:
+                    hidden.setdefault(variant.mode, np.zeros((len(items), len(scores.hidden))))[i] = scores.hidden
+            if n % 20 == 0:
+                cache.commit()
             progress.advance(bar)
     cache.commit()
-    L = np.asarray(rows, dtype=float)
-    has_lengths = all(x is not None for x in lengths)
-    return L, (np.asarray(lengths, dtype=float) if has_lengths else None)
+    scored: dict[Variant, VariantScores] = {}
+    for variant in variants:
+        content_free = (backend.content_free(questions[variant], rotations=variant.rotations)
+                        if config.prior_correction else None)
+        scored[variant] = VariantScores(L[variant], lengths[variant], hidden.get(variant.mode), content_free)
+    return scored
 
 
 def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: RunConfig) -> dict:
@@ -83,47 +145,34 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     y_all = np.array([task.gold_index(item.label) for item in items])
     cal_idx, test_idx = split(len(items), config.calibration_size, config.test_size, config.seed)
     used = np.concatenate([cal_idx, test_idx])
-    default_mode = task.question().mode
-    modes = [default_mode] + ([m for m in ("text", "labels") if m != default_mode] if config.compare_modes else [])
     cache = ScoreCache(out / "cache.sqlite")
-    scored: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     try:
-        for mode in modes:
-            L_used, len_used = score_items(backend, task, [items[i] for i in used], mode, cache, config.show_progress)
-            L = np.zeros((len(items), L_used.shape[1]))
-            L[used] = L_used
-            lengths = None
-            if len_used is not None:
-                lengths = np.ones_like(L)
-                lengths[used] = len_used
-            scored[mode] = (L, lengths)
+        scored = score_variants(backend, task, items, used, config, cache)
     finally:
         cache.close()
     y_cal, y_test = y_all[cal_idx], y_all[test_idx]
 
-    # Choose mode, calibrator and normalisation on the calibration part only.
-    results = []
-    for mode, (L, lengths) in scored.items():
-        for candidate in candidates(lengths is not None):
-            cv = cross_validated_nll(L[cal_idx], None if lengths is None else lengths[cal_idx], y_cal, candidate, seed=config.seed)
-            results.append({"mode": mode, "kind": candidate.kind, "length_normalize": candidate.length_normalize,
-                            "label": f"{mode} mode, {candidate.label}", "cv_nll": cv})
+    # Choose variant, method and calibrator on the calibration part only.
+    results, fitted = select(scored, cal_idx, y_cal, seed=config.seed)
     best = min(results, key=lambda r: r["cv_nll"])
-    L, lengths = scored[best["mode"]]
-    lengths_cal = None if lengths is None else lengths[cal_idx]
-    lengths_test = None if lengths is None else lengths[test_idx]
-    chosen = fit(L[cal_idx], lengths_cal, y_cal, kind=best["kind"], length_normalize=best["length_normalize"])
-    raw_L, raw_lengths = scored[default_mode]
+    variant, candidate = fitted[best["label"]]
+    data = scored[variant]
+    chosen = fit_variant(candidate, data, cal_idx, y_cal)
+    default = next(iter(scored))
     raw = Calibrator()
-    P_raw_test = raw.apply(raw_L[test_idx], None)
-    P_cal_test = chosen.apply(L[test_idx], lengths_test)
-    P_cal_cal = chosen.apply(L[cal_idx], lengths_cal)
+    P_raw_test = raw.apply(scored[default].L[test_idx], None)
+    P_cal_test = apply_variant(chosen, data, test_idx)
+    P_cal_cal = apply_variant(chosen, data, cal_idx)
+    # The threshold and conformal sets are chosen on held-out probabilities: a head (or any fitted
+    # calibrator) is over-confident on the very items it was fitted on.
+    P_cal_oof = out_of_fold(candidate, data, cal_idx, y_cal, seed=config.seed)
+    raw_L = scored[default].L
 
-    threshold = select_threshold(confidence(P_cal_cal), P_cal_cal.argmax(1) == y_cal,
+    threshold = select_threshold(confidence(P_cal_oof), P_cal_oof.argmax(1) == y_cal,
                                  target=config.target_precision, confidence_level=config.confidence_level)
     test_threshold = (evaluate_threshold(confidence(P_cal_test), P_cal_test.argmax(1) == y_test, threshold.threshold)
                       if threshold else None)
-    qhat = conformal_quantile(P_cal_cal, y_cal, config.conformal_alpha)
+    qhat = conformal_quantile(P_cal_oof, y_cal, config.conformal_alpha)
     conformal = {"alpha": config.conformal_alpha, **conformal_report(P_cal_test, y_test, qhat)}
 
     reliability_diagram({"raw": P_raw_test, "calibrated": P_cal_test}, y_test, out / "reliability.png", bins=config.bins,
@@ -141,7 +190,9 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         "dataset_fingerprint": config.dataset_fingerprint,
         "split": {"seed": config.seed, "calibration": int(len(cal_idx)), "test": int(len(test_idx))},
         "candidates": results,
-        "chosen": {**best, "temperature": chosen.temperature, "bias": list(chosen.bias) if chosen.bias else None},
+        "chosen": {**best, "temperature": getattr(chosen, "temperature", None),
+                   "bias": list(chosen.bias) if getattr(chosen, "bias", None) else None,
+                   "prior": list(chosen.prior) if chosen.prior else None},
         "calibration_part": {"raw": metrics.summary(raw.apply(raw_L[cal_idx], None), y_cal, bins=config.bins, rounds=0),
                              "calibrated": metrics.summary(P_cal_cal, y_cal, bins=config.bins, rounds=0)},
         "test": {"raw": metrics.summary(P_raw_test, y_test, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds),
@@ -155,8 +206,10 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         name=config.profile_name or task.name,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         model_sha256=identity, prompt_format=PROMPT_FORMAT_VERSION,
-        task=summary["task"], mode=best["mode"], calibrator=chosen.kind, length_normalize=chosen.length_normalize,
-        temperature=chosen.temperature, bias=list(chosen.bias) if chosen.bias else None,
+        task=summary["task"], mode=variant.mode, calibrator=chosen.kind, length_normalize=chosen.length_normalize,
+        temperature=getattr(chosen, "temperature", 1.0), bias=list(chosen.bias) if getattr(chosen, "bias", None) else None,
+        method=candidate.method, prior_correction=candidate.prior_correction, rotations=variant.rotations,
+        head=HeadParams.from_calibrator(chosen) if isinstance(chosen, HeadCalibrator) else None,
         threshold=threshold.threshold if threshold else None, target_precision=config.target_precision,
         confidence_level=config.confidence_level, dataset_fingerprint=config.dataset_fingerprint,
         metrics={"test_raw": _headline(summary["test"]["raw"]), "test_calibrated": _headline(summary["test"]["calibrated"]),
@@ -170,6 +223,48 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float), encoding="utf-8")
     write_html(summary, out)
     return summary
+
+
+def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.ndarray, *,
+           seed: int = 0) -> tuple[list[dict], dict[str, tuple[Variant, Candidate]]]:
+    """Cross-validated NLL and accuracy of every (variant, candidate) on the calibration part."""
+    results: list[dict] = []
+    fitted: dict[str, tuple[Variant, Candidate]] = {}
+    for variant, data in scored.items():
+        lengths = None if data.lengths is None else data.lengths[cal_idx]
+        hidden = None if data.hidden is None else data.hidden[cal_idx]
+        for candidate in candidates(data.lengths is not None, has_prior=data.content_free is not None,
+                                    has_hidden=data.hidden is not None):
+            prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
+            cv = cross_validated(data.L[cal_idx], lengths, y_cal, candidate, prior=prior, hidden=hidden, seed=seed)
+            label = f"{variant.label}, {candidate.label}"
+            fitted[label] = (variant, candidate)
+            results.append({"mode": variant.mode, "rotations": variant.rotations, "method": candidate.method,
+                            "kind": candidate.kind, "length_normalize": candidate.length_normalize,
+                            "prior_correction": candidate.prior_correction, "label": label,
+                            "cv_nll": cv["nll"], "cv_accuracy": cv["accuracy"]})
+    return results, fitted
+
+
+def fit_variant(candidate: Candidate, data: VariantScores, idx: np.ndarray, y: np.ndarray) -> Calibrator | HeadCalibrator:
+    prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
+    return fit_candidate(candidate, data.L[idx], None if data.lengths is None else data.lengths[idx], y, prior=prior,
+                         hidden=None if data.hidden is None else data.hidden[idx])
+
+
+def out_of_fold(candidate: Candidate, data: VariantScores, cal_idx: np.ndarray, y_cal: np.ndarray, *,
+                folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Each calibration item's probabilities from a calibrator fitted on the other folds."""
+    P = np.zeros((len(cal_idx), data.L.shape[1]))
+    for train, held in splitter(data.L[cal_idx], y_cal, folds, seed):
+        calibrator = fit_variant(candidate, data, cal_idx[train], y_cal[train])
+        P[held] = apply_variant(calibrator, data, cal_idx[held])
+    return P
+
+
+def apply_variant(calibrator: Calibrator | HeadCalibrator, data: VariantScores, idx: np.ndarray) -> np.ndarray:
+    return calibrator.apply(data.L[idx], None if data.lengths is None else data.lengths[idx],
+                            None if data.hidden is None else data.hidden[idx])
 
 
 def _headline(m: dict) -> dict:

@@ -8,7 +8,7 @@ import typer
 
 from llamadecide.settings import Settings
 
-ModelOption = Annotated[Optional[str], typer.Option("--model", "-m", help="GGUF file, directory or bundled model name (default: bundled SmolLM2-135M-Instruct)")]
+ModelOption = Annotated[Optional[str], typer.Option("--model", "-m", help="GGUF file, directory or bundled model name (default: qwen2.5-coder-1.5b-instruct; see `llamadecide models`)")]
 CtxOption = Annotated[Optional[int], typer.Option("--n-ctx", help="Context size in tokens")]
 ThreadsOption = Annotated[Optional[int], typer.Option("--threads", "-t", help="CPU threads")]
 GpuLayersOption = Annotated[Optional[int], typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU (-1: all)")]

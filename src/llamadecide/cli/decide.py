@@ -22,6 +22,8 @@ def decide_command(
     kind: Annotated[str, typer.Option("--type", help="choice, predicate or score")] = "choice",
     mode: Annotated[Optional[str], typer.Option("--mode", help="text (score the option text) or labels (score A/B/C... or level numbers)")] = None,
     length_normalize: Annotated[bool, typer.Option("--length-normalize", help="Divide each option's log-likelihood by its token count")] = False,
+    prior_correction: Annotated[bool, typer.Option("--prior-correction", help="Divide out the model's answer distribution on content-free inputs")] = False,
+    rotations: Annotated[int, typer.Option("--rotations", help="Ask with the option list rotated this many times and average (order bias)")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
     model: ModelOption = None,
     n_ctx: CtxOption = None,
@@ -47,7 +49,7 @@ def decide_command(
             raise fail(f"unknown --type {kind!r}; use choice, predicate or score")
         settings = settings_from(model=model, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=n_gpu_layers)
         engine = Engine(settings.engine_config())
-        decision = Decider(engine).decide(text, [q], scoring=Scoring(length_normalize=length_normalize))
+        decision = Decider(engine).decide(text, [q], scoring=Scoring(length_normalize=length_normalize, prior_correction=prior_correction, rotations=rotations))
     except LlamaDecideError as exc:
         raise fail(exc.message) from exc
     answer = decision.answers[0]
@@ -95,6 +97,15 @@ def print_answer(answer: Answer, model_name: str, seconds: float) -> None:
     extra = f"score {answer.score:.2f}  " if answer.question.type == "score" else ""
     console.print(
         f"{extra}confidence {answer.confidence:.3f}  label mass {answer.label_mass:.3f}  "
-        f"{answer.prompt_format} ({answer.question.mode} mode)  {model_name}  {seconds * 1000:.0f} ms",
+        f"{answer.prompt_format} ({answer.question.mode} mode{_method(answer)})  {model_name}  {seconds * 1000:.0f} ms",
         style="dim",
     )
+
+
+def _method(answer: Answer) -> str:
+    parts = []
+    if answer.scoring.prior_correction:
+        parts.append("prior-corrected")
+    if answer.scoring.rotations > 1:
+        parts.append(f"{answer.scoring.rotations} rotations")
+    return "".join(f", {p}" for p in parts)

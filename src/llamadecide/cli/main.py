@@ -8,6 +8,7 @@ from llamadecide.cli.bench import bench_command
 from llamadecide.cli.calibrate import calibrate_command, compare_command
 from llamadecide.cli.decide import decide_command
 from llamadecide.cli.deploy import deploy_app
+from llamadecide.cli.models import models_command
 from llamadecide.cli.serve import serve_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A probability for every declared option, on llama.cpp.")
@@ -16,6 +17,7 @@ app.command("serve")(serve_command)
 app.command("calibrate")(calibrate_command)
 app.command("compare")(compare_command)
 app.command("bench")(bench_command)
+app.command("models")(models_command)
 app.add_typer(deploy_app, name="deploy")
 
 

@@ -17,15 +17,19 @@ def normalise(
     temperature: float = 1.0,
     lengths: Sequence[int] | None = None,
     bias: Sequence[float] | None = None,
+    prior: Sequence[float] | None = None,
 ) -> np.ndarray:
-    """Softmax over the declared options of (log p_k / n_k + b_k) / T, where n_k is the option's
-    token count when `lengths` is given (length normalisation) and b_k an optional per-option
-    bias (prior correction fitted by calibration)."""
+    """Softmax over the declared options of (log p_k / n_k - prior_k + b_k) / T, where n_k is the
+    option's token count when `lengths` is given (length normalisation), prior_k the log
+    content-free probability of the option (`content_free_prior`) when prior correction is on, and
+    b_k an optional per-option bias fitted by calibration."""
     if temperature <= 0:
         raise ValueError("temperature must be positive")
     scores = np.asarray(logprobs, dtype=np.float64)
     if lengths is not None:
         scores = scores / np.asarray(lengths, dtype=np.float64)
+    if prior is not None:
+        scores = scores - np.asarray(prior, dtype=np.float64)
     if bias is not None:
         scores = scores + np.asarray(bias, dtype=np.float64)
     scores = scores / temperature
@@ -55,3 +59,43 @@ def expected_score(probabilities: Sequence[float]) -> float:
     """Expected level index for ordered levels 0..K-1 (lowest first)."""
     p = np.asarray(probabilities, dtype=np.float64)
     return float(np.dot(np.arange(p.size), p))
+
+
+# Inputs that carry no content: the model's answer distribution on them is its prior over the
+# options for this question (contextual calibration, Zhao et al. 2021).
+CONTENT_FREE_INPUTS = ("N/A", "[MASK]")
+
+
+def content_free_prior(rows: Sequence[Sequence[float]], lengths: Sequence[int] | None = None) -> np.ndarray:
+    """log of the mean normalised answer distribution over the content-free inputs (one row of
+    option log-likelihoods each). Subtracting it divides every option's probability by the
+    probability the model gives it when there is nothing to read."""
+    S = np.asarray(rows, dtype=np.float64)
+    if lengths is not None:
+        S = S / np.asarray(lengths, dtype=np.float64)
+    S = S - S.max(-1, keepdims=True)
+    P = np.exp(S)
+    P = P / P.sum(-1, keepdims=True)
+    return np.log(P.mean(0))
+
+
+def log_softmax(scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    S = np.asarray(scores, dtype=np.float64)
+    S = S - S.max(-1, keepdims=True)
+    return S - np.log(np.exp(S).sum(-1, keepdims=True))
+
+
+def head_features(logprobs: Sequence[float] | np.ndarray, hidden: Sequence[float] | np.ndarray) -> np.ndarray:
+    """What a fitted head reads (feature set `loglik+hidden-1`): the options' normalised
+    log-likelihoods, then the model's final hidden state at the answer position. Rows in, rows out."""
+    L = log_softmax(logprobs)
+    H = np.asarray(hidden, dtype=np.float64)
+    return np.concatenate([L, H], axis=-1)
+
+
+def head_probabilities(features: np.ndarray, weights: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+    """A multinomial logistic head: softmax(W f + c). Rows in, rows out."""
+    logits = np.asarray(features, dtype=np.float64) @ np.asarray(weights, dtype=np.float64).T + np.asarray(intercept)
+    logits = logits - logits.max(-1, keepdims=True)
+    P = np.exp(logits)
+    return P / P.sum(-1, keepdims=True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
 import numpy as np
@@ -23,15 +24,42 @@ class ScoringEngine(Protocol):
     def tokenize_prompt(self, text: str) -> list[int]: ...
     def score_continuations(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]: ...
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray: ...
+    def hidden_state(self, prompt: Sequence[int]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Head:
+    """A fitted multinomial logistic head over `maths.head_features` (standardisation folded in)."""
+
+    weights: np.ndarray = field(compare=False)  # K x (K + hidden size)
+    intercept: np.ndarray = field(compare=False)  # K
+
+    def probabilities(self, logprobs: Sequence[float], hidden: np.ndarray) -> np.ndarray:
+        features = maths.head_features(np.asarray(logprobs), hidden)
+        if features.shape[-1] != self.weights.shape[1]:
+            raise InvalidRequestError(
+                f"the calibration head reads {self.weights.shape[1]} features, this model gives {features.shape[-1]}; "
+                "it was fitted for another model", param="calibration")
+        return maths.head_probabilities(features, self.weights, self.intercept)
 
 
 @dataclass(frozen=True)
 class Scoring:
-    """How log-likelihoods become probabilities. Calibration fits these per task."""
+    """How a question is scored and its log-likelihoods become probabilities. Calibration fits
+    these per task.
+
+    rotations > 1 asks the question that many times with the option list cyclically rotated
+    (evenly spaced shifts), every rotation sharing the state's evaluated prefix in the same batch,
+    and averages each option's log-likelihood over them: position bias cancels out.
+    prior_correction divides out the model's answer distribution on content-free inputs.
+    A head replaces the softmax by a fitted classifier over the log-likelihoods and hidden state."""
 
     temperature: float = 1.0
     length_normalize: bool = False
     bias: tuple[float, ...] | None = None
+    prior_correction: bool = False
+    rotations: int = 1
+    head: Head | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +117,7 @@ class _Scored:
     question: Question
     sequences: list[list[int]]  # prompt + answer + end marker, one per option
     boundaries: list[int]  # index where each answer's own tokens begin
+    prompt_tokens: list[int]  # the prompt alone
 
     @property
     def answer_lengths(self) -> list[int]:
@@ -107,8 +136,10 @@ def _common_prefix(sequences: Sequence[Sequence[int]]) -> int:
 
 
 class Decider:
-    def __init__(self, engine: ScoringEngine) -> None:
+    def __init__(self, engine: ScoringEngine, *, prior_cache_size: int = 512) -> None:
         self.engine = engine
+        self._priors: OrderedDict[tuple, np.ndarray] = OrderedDict()
+        self._prior_cache_size = prior_cache_size
 
     def _tokenize(self, state_text: str, question: Question) -> _Scored:
         prompt_text = self.engine.render_chat(build_messages(state_text, question))
@@ -131,7 +162,40 @@ class Decider:
                     param="questions",
                 )
             seen[key] = index
-        return _Scored(question, sequences, boundaries)
+        return _Scored(question, sequences, boundaries, prompt_tokens)
+
+    def _score(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring]) -> tuple[list[_Combined], int, int]:
+        """Every rotation of every question in one batched evaluation; per question, each option's
+        log-likelihood averaged over its rotations, in the question's own option order."""
+        variants: list[tuple[int, int]] = []  # (question index, shift)
+        scored: list[_Scored] = []
+        for index, (question, rule) in enumerate(zip(questions, rules)):
+            for shift in rotation_shifts(question, rule.rotations):
+                variants.append((index, shift))
+                scored.append(self._tokenize(state_text, rotate(question, shift)))
+        all_sequences = [s for item in scored for s in item.sequences]
+        shared = min(_common_prefix(all_sequences), min(b for item in scored for b in item.boundaries))
+        shared = min(shared, min(len(s) for s in all_sequences) - 1)
+        continuations = [s[shared:] for s in all_sequences]
+        logprobs = self.engine.score_continuations(all_sequences[0][:shared], continuations)
+        sums = [np.zeros(len(q.options)) for q in questions]
+        lengths = [np.zeros(len(q.options)) for q in questions]
+        counts = [0] * len(questions)
+        prompts: list[list[int] | None] = [None] * len(questions)
+        cursor = 0
+        for (index, shift), item in zip(variants, scored):
+            k = len(questions[index].options)
+            for position, boundary in enumerate(item.boundaries):
+                original = (position + shift) % k
+                sums[index][original] += float(logprobs[cursor][boundary - shared:].sum())
+                lengths[index][original] += len(item.sequences[position]) - boundary
+                cursor += 1
+            counts[index] += 1
+            if shift == 0:
+                prompts[index] = item.prompt_tokens
+        combined = [_Combined(list(total / n), [int(round(x / n)) for x in length], prompt or [])
+                    for total, length, n, prompt in zip(sums, lengths, counts, prompts)]
+        return combined, shared + _distinct_prefixes(continuations), shared
 
     def decide(
         self,
@@ -141,29 +205,53 @@ class Decider:
         scoring: Sequence[Scoring | None] | Scoring | None = None,
     ) -> Decision:
         """Answer every question about one state. The state's tokens are evaluated once for all
-        questions; all options of all questions are scored in one batched trie evaluation."""
+        questions; all options of all questions (and rotations) are scored in one batched trie
+        evaluation."""
         if not questions:
             raise InvalidRequestError("at least one question is required", param="questions")
         began = time.perf_counter()
         state_text = render_state(state)
-        scored = [self._tokenize(state_text, q) for q in questions]
-        all_sequences = [s for item in scored for s in item.sequences]
-        shared = min(_common_prefix(all_sequences), min(b for item in scored for b in item.boundaries))
-        shared = min(shared, min(len(s) for s in all_sequences) - 1)
-        continuations = [s[shared:] for s in all_sequences]
-        logprobs = self.engine.score_continuations(all_sequences[0][:shared], continuations)
-        per_question = _per_question_scoring(scoring, len(questions))
-        answers: list[Answer] = []
-        cursor = 0
-        for item, rule in zip(scored, per_question):
-            totals = []
-            for boundary in item.boundaries:
-                totals.append(float(logprobs[cursor][boundary - shared :].sum()))
-                cursor += 1
-            answers.append(_answer(item.question, totals, item.answer_lengths, rule))
-        distinct = shared + _distinct_prefixes(continuations)
+        rules = _per_question_scoring(scoring, len(questions))
+        combined, distinct, shared = self._score(state_text, questions, rules)
         cached = int(getattr(self.engine, "last_reused_tokens", 0))
+        answers: list[Answer] = []
+        for question, rule, item in zip(questions, rules, combined):
+            prior = self.prior(question, rule) if rule.prior_correction else None
+            hidden = self.engine.hidden_state(item.prompt_tokens) if rule.head is not None else None
+            answers.append(_answer(question, item.logprobs, item.lengths, rule, prior=prior, hidden=hidden))
         return Decision(answers, distinct, shared, time.perf_counter() - began, {"cached_tokens": cached})
+
+    def scores(self, state: Any, question: Question, *, rotations: int = 1, hidden: bool = False) -> tuple[list[float], list[int], np.ndarray | None]:
+        """Raw material for calibration: the option log-likelihoods (averaged over rotations),
+        token counts, and optionally the hidden state at the answer position."""
+        combined, _, _ = self._score(render_state(state), [question], [Scoring(rotations=rotations)])
+        item = combined[0]
+        return item.logprobs, item.lengths, (self.engine.hidden_state(item.prompt_tokens) if hidden else None)
+
+    def content_free_scores(self, question: Question, *, rotations: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
+        that carry no content."""
+        rows, lengths = [], []
+        for text in maths.CONTENT_FREE_INPUTS:
+            combined, _, _ = self._score(text, [question], [Scoring(rotations=rotations)])
+            rows.append(combined[0].logprobs)
+            lengths.append(combined[0].lengths)
+        return np.asarray(rows), np.asarray(lengths, dtype=np.float64)
+
+    def prior(self, question: Question, rule: Scoring) -> np.ndarray:
+        """The question's content-free log prior over its options (cached per question, options,
+        mode, rotations and normalisation)."""
+        key = (question.type, question.instructions, question.options, question.mode, rule.rotations, rule.length_normalize)
+        cached = self._priors.get(key)
+        if cached is not None:
+            self._priors.move_to_end(key)
+            return cached
+        rows, lengths = self.content_free_scores(question, rotations=rule.rotations)
+        prior = maths.content_free_prior(rows, lengths if rule.length_normalize else None)
+        self._priors[key] = prior
+        while len(self._priors) > self._prior_cache_size:
+            self._priors.popitem(last=False)
+        return prior
 
     def decide_naive(self, state: Any, question: Question, *, scoring: Scoring | None = None) -> Answer:
         """Reference path: one full evaluation from scratch per option. Slow; for checks and the
@@ -171,6 +259,34 @@ class Decider:
         item = self._tokenize(render_state(state), question)
         totals = [float(self.engine.score_naive(s, b).sum()) for s, b in zip(item.sequences, item.boundaries)]
         return _answer(question, totals, item.answer_lengths, scoring or Scoring())
+
+
+def rotation_shifts(question: Question, rotations: int) -> list[int]:
+    """Evenly spaced cyclic shifts of the option list, 0 first."""
+    k = len(question.options)
+    if rotations < 1:
+        raise InvalidRequestError("rotations must be at least 1", param="rotations")
+    if rotations == 1:
+        return [0]
+    if question.type == "score":
+        raise InvalidRequestError("a score's levels are ordered; rotating them would change their meaning",
+                                  param="rotations")
+    if rotations > k:
+        raise InvalidRequestError(f"at most {k} rotations for {k} options, got {rotations}", param="rotations")
+    return sorted({(r * k) // rotations for r in range(rotations)})
+
+
+def rotate(question: Question, shift: int) -> Question:
+    if shift == 0:
+        return question
+    return replace(question, options=question.options[shift:] + question.options[:shift])
+
+
+@dataclass(frozen=True)
+class _Combined:
+    logprobs: list[float]
+    lengths: list[int]
+    prompt_tokens: list[int]
 
 
 def _distinct_prefixes(sequences: Sequence[Sequence[int]]) -> int:
@@ -195,15 +311,24 @@ def _per_question_scoring(scoring: Sequence[Scoring | None] | Scoring | None, co
     return [s or Scoring() for s in scoring]
 
 
-def _answer(question: Question, totals: list[float], lengths: list[int], rule: Scoring) -> Answer:
+def _answer(question: Question, totals: list[float], lengths: list[int], rule: Scoring, *,
+            prior: np.ndarray | None = None, hidden: np.ndarray | None = None) -> Answer:
     if rule.bias is not None and len(rule.bias) != len(totals):
         raise InvalidRequestError("the calibration bias does not match the number of options", param="calibration")
-    probabilities = maths.normalise(
-        totals,
-        temperature=rule.temperature,
-        lengths=lengths if rule.length_normalize else None,
-        bias=rule.bias,
-    )
+    if rule.head is not None:
+        if hidden is None:
+            raise ValueError("a head needs the hidden state")
+        if rule.head.intercept.shape[0] != len(totals):
+            raise InvalidRequestError("the calibration head does not match the number of options", param="calibration")
+        probabilities = rule.head.probabilities(totals, hidden)
+    else:
+        probabilities = maths.normalise(
+            totals,
+            temperature=rule.temperature,
+            lengths=lengths if rule.length_normalize else None,
+            bias=rule.bias,
+            prior=prior,
+        )
     options = tuple(
         OptionScore(o.value, text, lp, n, float(p))
         for o, text, lp, n, p in zip(question.options, question.answer_texts(), totals, lengths, probabilities)

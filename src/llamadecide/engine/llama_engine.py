@@ -346,6 +346,29 @@ class Engine:
             for path, tokens in zip(paths, continuations)
         ]
 
+    def hidden_state(self, prompt: Sequence[int]) -> np.ndarray:
+        """The model's final hidden state (after the output norm, before the vocabulary projection)
+        at the prompt's last token: the position the answer is predicted from. Reuses the cached
+        prefix, so after scoring the same prompt it costs one token's evaluation."""
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty")
+        self._check_fits(len(prompt), "the prompt")
+        with self._lock:
+            self._prepare_prefix(prompt[:-1])
+            llama_cpp.llama_set_embeddings(self._ctx.ctx, True)
+            try:
+                self._decode(prompt[-1:], [len(prompt) - 1], [(0,)], [True])
+                pointer = llama_cpp.llama_get_embeddings_ith(self._ctx.ctx, 0)
+                if not pointer:
+                    raise RuntimeError("llama.cpp returned no hidden state for this model")
+                width = llama_cpp.llama_model_n_embd(self._model.model)
+                values = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(width,))
+                hidden = values.astype(np.float64)
+            finally:
+                llama_cpp.llama_set_embeddings(self._ctx.ctx, False)
+            self._cached.append(prompt[-1])
+            return hidden
+
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray:
         """Reference path: evaluate `tokens` from an empty cache and return the log-probability of
         each token from index `start` on. One full evaluation per call; used to check the batched

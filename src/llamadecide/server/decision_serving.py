@@ -121,6 +121,12 @@ class DecisionServing:
         if extension.length_normalize and not profile.length_normalize:
             raise InvalidRequestError(f"profile {profile.name!r} was fitted without length normalisation",
                                       param="llamadecide.length_normalize")
+        if extension.prior_correction and not profile.prior_correction:
+            raise InvalidRequestError(f"profile {profile.name!r} was fitted without prior correction ({profile.method})",
+                                      param="llamadecide.prior_correction")
+        if extension.rotations != 1 and extension.rotations != profile.rotations:
+            raise InvalidRequestError(f"profile {profile.name!r} was fitted with {profile.rotations} rotation(s)",
+                                      param="llamadecide.rotations")
         return profile
 
     @staticmethod
@@ -131,12 +137,14 @@ class DecisionServing:
 
     def _scoring(self, extension: Extension | None, profile, questions: list[Question]) -> Scoring:
         if profile is None:
-            return Scoring(length_normalize=bool(extension and extension.length_normalize))
+            if extension is None:
+                return Scoring()
+            return Scoring(length_normalize=extension.length_normalize, prior_correction=extension.prior_correction,
+                           rotations=extension.rotations)
         for question in questions:
             values = [o.text for o in question.options] if question.type == "score" else [o.value for o in question.options]
             profile.check_options(question.type, values)
-        return Scoring(temperature=profile.temperature, length_normalize=profile.length_normalize,
-                       bias=tuple(profile.bias) if profile.bias else None)
+        return profile.scoring()
 
     def prepare_openai(self, request: oa.DecisionRequest) -> Prepared:
         counts = [len(q.choices) if isinstance(q, oa.ChoiceQuestion) else len(q.levels) if isinstance(q, oa.ScoreQuestion) else 2
@@ -207,6 +215,7 @@ class DecisionServing:
                                   "calibrated": profile is not None}
         if profile is not None:
             fields["profile"] = profile.name
+            fields["method"] = profile.method
         threshold = ext.threshold if ext and ext.threshold is not None else (profile.threshold if profile is not None else None)
         if threshold is not None:
             fields["action"] = "auto" if answer.confidence >= threshold else "escalate"

@@ -1,0 +1,242 @@
+"""Decision quality on real labelled data (a script that prints figures, not a timed test).
+
+    python -m llamadecide.bench.quality [--model NAME ...] [--dataset agnews sst2 banking77]
+        [--labelled N] [--test N] [--rotations R] [--generate N] [--out DIR] [--json FILE]
+
+Per model and data set: a seeded split into a labelled (calibration) part and a test part. Every
+method is chosen or fitted on the labelled part only and measured on the test part: accuracy,
+macro-F1, NLL, ECE, and the share of test items handled automatically at precision 0.9 (threshold
+from held-out labelled-part probabilities with the Clopper-Pearson bound at 95% confidence), with
+the precision those items really had. Baselines on the same split: TF-IDF + logistic regression
+trained on the labelled part, and generate-and-parse (greedy chat answer, parsed for an option).
+Scores are cached under DIR, so a re-run (or an interrupted one) only computes what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from sklearn.metrics import f1_score
+
+from llamadecide.bench.load import parse_choice
+from llamadecide.calibration import metrics
+from llamadecide.calibration.backends import LocalBackend
+from llamadecide.calibration.cache import ScoreCache
+from llamadecide.calibration.data import LabelledItem, Task, load_task, read_labelled
+from llamadecide.calibration.fitting import Candidate
+from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, apply_variant, fit_variant, out_of_fold,
+                                         score_variants, select, split)
+from llamadecide.calibration.thresholds import evaluate_threshold, select_threshold
+from llamadecide.decisions.maths import confidence
+from llamadecide.engine import Engine, EngineConfig, SamplingParams, resolve_model_path
+from llamadecide.engine.model_files import BUNDLED
+
+ROOT = Path(__file__).resolve().parents[3]
+SHARED = ROOT.parent / "shared" / "data"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    path: Path
+    task: Path
+    text_column: str
+    label_column: str
+    labelled: int
+    test: int
+
+
+DATASETS = {
+    "agnews": Dataset(SHARED / "agnews" / "test.tsv", ROOT / "examples" / "agnews.yaml", "0", "1", 500, 300),
+    "sst2": Dataset(SHARED / "sst2" / "dev.tsv", ROOT / "examples" / "sst2.yaml", "sentence", "label", 500, 300),
+    "banking77": Dataset(SHARED / "banking77" / "test.csv", ROOT / "examples" / "banking77.yaml", "text", "category", 1000, 300),
+}
+TARGET = 0.9
+CONFIDENCE = 0.95
+
+
+def measure(P: np.ndarray, y: np.ndarray, P_cal_oof: np.ndarray | None, y_cal: np.ndarray) -> dict:
+    """Test-part figures, and auto-handling at TARGET precision with a threshold chosen on held-out
+    labelled-part probabilities."""
+    pred = P.argmax(1)
+    row = {"accuracy": float((pred == y).mean()),
+           "macro_f1": float(f1_score(y, pred, average="macro", labels=np.arange(P.shape[1]), zero_division=0)),
+           "nll": metrics.nll(P, y), "ece": metrics.ece(P, y)}
+    row.update(auto_coverage=0.0, auto_precision=None, threshold=None)
+    if P_cal_oof is not None:
+        threshold = select_threshold(confidence(P_cal_oof), P_cal_oof.argmax(1) == y_cal, target=TARGET,
+                                     confidence_level=CONFIDENCE)
+        if threshold is not None:
+            test = evaluate_threshold(confidence(P), pred == y, threshold.threshold)
+            row.update(auto_coverage=test["coverage"], auto_precision=test["precision"], threshold=threshold.threshold)
+    return row
+
+
+def tfidf_baseline(items: list[LabelledItem], y: np.ndarray, cal_idx: np.ndarray, test_idx: np.ndarray, k: int) -> dict:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+
+    def model():
+        return make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1),
+                             LogisticRegression(C=10.0, max_iter=2000))
+
+    texts = np.array([item.text for item in items], dtype=object)
+
+    def full(P: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        out = np.full((len(P), k), 1e-9)
+        out[:, classes] = P
+        return out / out.sum(1, keepdims=True)
+
+    fitted = model().fit(texts[cal_idx], y[cal_idx])
+    P_test = full(fitted.predict_proba(texts[test_idx]), fitted.classes_)
+    counts = np.bincount(y[cal_idx], minlength=k)
+    folds = int(min(5, counts[counts > 0].min()))
+    P_oof = None
+    if folds >= 2:
+        P_oof = full(cross_val_predict(model(), texts[cal_idx], y[cal_idx], method="predict_proba",
+                                       cv=StratifiedKFold(folds, shuffle=True, random_state=0)), np.unique(y[cal_idx]))
+    return measure(P_test, y[test_idx], P_oof, y[cal_idx])
+
+
+def generate_and_parse(engine: Engine, task: Task, items: list[LabelledItem], y: np.ndarray, idx: np.ndarray) -> dict:
+    """Greedy chat answer to the same question, parsed for an option (the way a chat endpoint is
+    used); an answer naming no option counts as wrong."""
+    hits, invalid, seconds = 0, 0, []
+    names = [str(o) for o in task.options] if task.type != "predicate" else ["yes", "no"]
+    for i in idx:
+        prompt = (f"{items[i].text}\n\n{task.instructions}\nAnswer with exactly one of: {', '.join(names)}. "
+                  "Write only the answer.")
+        tokens = engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": prompt}]))
+        began = time.perf_counter()
+        text = "".join(e.text for e in engine.generate(tokens, SamplingParams(max_tokens=16, temperature=0.0))
+                       if hasattr(e, "text"))
+        seconds.append(time.perf_counter() - began)
+        picked = parse_choice(text, names)
+        invalid += picked is None
+        hits += picked == y[i]
+    n = len(idx)
+    return {"accuracy": hits / n, "invalid_rate": invalid / n, "seconds_p50": float(np.median(seconds)), "items": n}
+
+
+def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_idx: np.ndarray, y: np.ndarray) -> list[dict]:
+    """Zero-shot and prior-corrected (no labels used for the probabilities) for each variant, the
+    best head for each variant, and the method `llamadecide calibrate` would choose."""
+    y_cal, y_test = y[cal_idx], y[test_idx]
+    rows = []
+    for variant, data in scored.items():
+        fixed = [("zero-shot", Candidate("none", False))]
+        if data.content_free is not None:
+            fixed.append(("prior-corrected", Candidate("none", False, prior_correction=True)))
+        for name, candidate in fixed:
+            calibrator = fit_variant(candidate, data, cal_idx, y_cal)
+            rows.append({"method": name, "variant": variant.label, "labels_used": 0,
+                         **measure(apply_variant(calibrator, data, test_idx), y_test,
+                                   apply_variant(calibrator, data, cal_idx), y_cal)})
+    results, fitted = select(scored, cal_idx, y_cal)
+    heads = [r for r in results if r["kind"] == "head"]
+    for variant in scored:
+        mine = [r for r in heads if r["mode"] == variant.mode and r["rotations"] == variant.rotations]
+        if mine:
+            rows.append(_fitted_row("head", min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
+    rows.append(_fitted_row("chosen by CV", min(results, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
+    return rows
+
+
+def _fitted_row(name: str, result: dict, fitted: dict, scored: dict, cal_idx: np.ndarray, test_idx: np.ndarray,
+                y: np.ndarray) -> dict:
+    variant, candidate = fitted[result["label"]]
+    data = scored[variant]
+    calibrator = fit_variant(candidate, data, cal_idx, y[cal_idx])
+    oof = out_of_fold(candidate, data, cal_idx, y[cal_idx])
+    return {"method": name, "variant": result["label"], "labels_used": len(cal_idx),
+            **measure(apply_variant(calibrator, data, test_idx), y[test_idx], oof, y[cal_idx])}
+
+
+def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, console: Console) -> dict:
+    task = load_task(dataset.task)
+    items = read_labelled(dataset.path, text_column=dataset.text_column, label_column=dataset.label_column)
+    y = np.array([task.gold_index(item.label) for item in items])
+    cal_idx, test_idx = split(len(items), args.labelled or dataset.labelled, args.test or dataset.test, args.seed)
+    used = np.concatenate([cal_idx, test_idx])
+    rotations = args.rotations if len(task.options) <= args.max_rotated_options else 1
+    config = RunConfig(out_dir=args.out, compare_modes=len(args.modes) > 1, rotations=rotations,
+                       show_progress=not args.quiet, only_mode=None if len(args.modes) > 1 else args.modes[0])
+    cache = ScoreCache(args.out / f"cache-{model}-{name}.sqlite")
+    began = time.perf_counter()
+    try:
+        scored = score_variants(LocalBackend(engine), task, items, used, config, cache)
+    finally:
+        cache.close()
+    rows = method_rows(scored, cal_idx, test_idx, y)
+    rows.append({"method": "TF-IDF + LR (baseline)", "variant": "-", "labels_used": len(cal_idx),
+                 **tfidf_baseline(items, y, cal_idx, test_idx, len(task.options))})
+    generated = None
+    if args.generate:
+        generated = generate_and_parse(engine, task, items, y, test_idx[: args.generate])
+        rows.append({"method": "generate-and-parse (baseline)", "variant": f"{generated['items']} items",
+                     "labels_used": 0, "accuracy": generated["accuracy"], "macro_f1": None, "nll": None, "ece": None,
+                     "auto_coverage": None, "auto_precision": None, "threshold": None,
+                     "invalid_rate": generated["invalid_rate"]})
+    result = {"model": model, "dataset": name, "labelled": len(cal_idx), "test": len(test_idx), "seed": args.seed,
+              "rotations": rotations, "seconds": time.perf_counter() - began, "rows": rows}
+    print_table(result, console)
+    return result
+
+
+def print_table(result: dict, console: Console) -> None:
+    table = Table(title=f"{result['dataset']} · {result['model']} · {result['labelled']} labelled, "
+                        f"{result['test']} test items (seed {result['seed']})")
+    for column in ("method", "variant", "accuracy", "macro-F1", "NLL", "ECE", f"auto @ P>={TARGET}", "their precision"):
+        table.add_column(column, justify="left" if column in ("method", "variant") else "right")
+
+    def f(value, fmt="{:.3f}"):
+        return "-" if value is None else fmt.format(value)
+
+    for row in result["rows"]:
+        table.add_row(row["method"], row["variant"], f(row["accuracy"]), f(row.get("macro_f1")), f(row.get("nll")),
+                      f(row.get("ece")), f(row.get("auto_coverage"), "{:.1%}"), f(row.get("auto_precision")))
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", nargs="+", default=["qwen2.5-coder-1.5b-instruct"],
+                        help="bundled model names or GGUF paths")
+    parser.add_argument("--dataset", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    parser.add_argument("--labelled", type=int, default=None, help="labelled (calibration) items; default per data set")
+    parser.add_argument("--test", type=int, default=None, help="test items; default per data set")
+    parser.add_argument("--rotations", type=int, default=4, help="labels-mode rotations (data sets with few options)")
+    parser.add_argument("--max-rotated-options", type=int, default=8)
+    parser.add_argument("--modes", nargs="+", default=["text", "labels"], choices=["text", "labels"],
+                        help="scoring modes to measure (text alone halves the cost on many-option sets)")
+    parser.add_argument("--generate", type=int, default=100, help="test items for generate-and-parse (0: skip)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=Path("runs/quality"))
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    console = Console(width=170)
+    results = []
+    for model in args.model:
+        engine = Engine(EngineConfig(model_path=resolve_model_path(model), n_ctx=4096, n_threads=args.threads))
+        for name in args.dataset:
+            label = model if model in BUNDLED else Path(model).stem
+            results.append(run_one(engine, label, name, DATASETS[name], args, console))
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=2, default=float), encoding="utf-8")
+        engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

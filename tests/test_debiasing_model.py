@@ -1,0 +1,114 @@
+"""Prior correction, option-order rotations and fitted heads, on the real bundled model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llamadecide.decisions import Decider, Scoring, choice, predicate, score
+from llamadecide.decisions import maths
+from llamadecide.decisions.service import Head, rotate
+from llamadecide.errors import InvalidRequestError
+
+from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY
+
+NEWS = "The central bank raised interest rates by half a point, sending bond yields to a ten-year high."
+TOPIC = ["World", "Sports", "Business", "Science"]
+
+
+def test_prior_correction_divides_out_the_content_free_answer(engine):
+    decider = Decider(engine)
+    question = choice("What is the topic of this news article?", TOPIC)
+    plain = decider.decide(NEWS, [question]).answers[0]
+    corrected = decider.decide(NEWS, [question], scoring=Scoring(prior_correction=True)).answers[0]
+    rows, _ = decider.content_free_scores(question)
+    assert rows.shape == (len(maths.CONTENT_FREE_INPUTS), len(TOPIC))
+    prior = maths.content_free_prior(rows)
+    # Exactly softmax(log p - log p_cf): the raw log-likelihoods are reported unchanged.
+    assert [o.logprob for o in corrected.options] == [o.logprob for o in plain.options]
+    expected = maths.normalise([o.logprob for o in plain.options], prior=prior)
+    assert corrected.probabilities == pytest.approx(list(expected), abs=1e-12)
+    # A content-free input is uniform after correction (up to the two inputs disagreeing).
+    assert np.exp(prior).sum() == pytest.approx(1.0)
+    assert corrected.probabilities != pytest.approx(plain.probabilities, abs=1e-3)
+
+
+def test_the_prior_is_computed_once_per_question(engine, monkeypatch):
+    decider = Decider(engine)
+    question = predicate("The review is positive.")
+    calls = []
+    original = decider.content_free_scores
+    monkeypatch.setattr(decider, "content_free_scores", lambda q, **kw: calls.append(q) or original(q, **kw))
+    for text in ("A wonderful film.", "Dull and far too long.", "A wonderful film."):
+        decider.decide(text, [question], scoring=Scoring(prior_correction=True))
+    assert len(calls) == 1
+    decider.decide("Fine.", [predicate("The review is negative.")], scoring=Scoring(prior_correction=True))
+    assert len(calls) == 2  # another question, another prior
+
+
+def test_full_rotation_makes_the_answer_independent_of_option_order(engine):
+    decider = Decider(engine)
+    question = choice("What is the topic of this news article?", TOPIC, mode="labels")
+    rule = Scoring(rotations=4)
+    base = decider.decide(NEWS, [question], scoring=rule).answers[0]
+    shifted = decider.decide(NEWS, [rotate(question, 1)], scoring=rule).answers[0]
+    by_value = {o.value: o.probability for o in shifted.options}
+    # Same four prompts either way, evaluated in another batch order: equal within layout noise.
+    assert [by_value[o.value] for o in base.options] == pytest.approx(base.probabilities, abs=LAYOUT_NOISE_PROBABILITY)
+    plain = decider.decide(NEWS, [question]).answers[0]
+    plain_shifted = decider.decide(NEWS, [rotate(question, 1)]).answers[0]
+    unrotated_gap = max(abs(a - {o.value: o.probability for o in plain_shifted.options}[o.value])
+                        for a, o in zip(plain.probabilities, plain.options))
+    rotated_gap = max(abs(a - by_value[o.value]) for a, o in zip(base.probabilities, base.options))
+    assert rotated_gap < unrotated_gap  # the tiny model is order-biased; rotations remove it
+
+
+def test_rotated_scores_are_the_mean_of_each_rotation(engine):
+    decider = Decider(engine)
+    question = choice("What is the topic of this news article?", TOPIC, mode="labels")
+    combined = decider.decide(NEWS, [question], scoring=Scoring(rotations=2)).answers[0]
+    singles = [decider.decide(NEWS, [rotate(question, s)]).answers[0] for s in (0, 2)]
+    for i, option in enumerate(combined.options):
+        each = [next(o.logprob for o in answer.options if o.value == option.value) for answer in singles]
+        assert option.logprob == pytest.approx(np.mean(each), abs=LAYOUT_NOISE)
+
+
+def test_rotation_errors_are_the_callers(engine):
+    decider = Decider(engine)
+    with pytest.raises(InvalidRequestError, match="at most 2 rotations"):
+        decider.decide(NEWS, [predicate("It is about money.")], scoring=Scoring(rotations=3))
+    with pytest.raises(InvalidRequestError, match="levels are ordered"):
+        decider.decide(NEWS, [score("How important?", ["low", "high"])], scoring=Scoring(rotations=2))
+    with pytest.raises(InvalidRequestError, match="at least 1"):
+        decider.decide(NEWS, [predicate("It is about money.")], scoring=Scoring(rotations=0))
+
+
+def test_hidden_state_is_deterministic_and_reuses_the_cache(engine):
+    from llamadecide.decisions.prompt import build_messages
+
+    question = choice("Topic?", TOPIC)
+    prompt = engine.tokenize_prompt(engine.render_chat(build_messages(NEWS, question)))
+    first = engine.hidden_state(prompt)
+    Decider(engine).decide(NEWS, [question])
+    engine.clear_cache()
+    again = engine.hidden_state(prompt)
+    assert first.shape == (int(engine.metadata["llama.embedding_length"]),)
+    assert np.array_equal(first, again)
+    assert np.isfinite(first).all() and np.linalg.norm(first) > 0
+
+
+def test_a_head_reads_log_likelihoods_and_the_hidden_state(engine):
+    from llamadecide.decisions.prompt import build_messages
+
+    decider = Decider(engine)
+    question = choice("What is the topic of this news article?", TOPIC)
+    width = len(TOPIC) + int(engine.metadata["llama.embedding_length"])
+    rng = np.random.default_rng(0)
+    head = Head(rng.normal(scale=0.05, size=(len(TOPIC), width)), rng.normal(size=len(TOPIC)))
+    answer = decider.decide(NEWS, [question], scoring=Scoring(head=head)).answers[0]
+    hidden = engine.hidden_state(engine.tokenize_prompt(engine.render_chat(build_messages(NEWS, question))))
+    features = maths.head_features(np.array([o.logprob for o in answer.options]), hidden)
+    assert answer.probabilities == pytest.approx(list(maths.head_probabilities(features, head.weights, head.intercept)), abs=1e-9)
+    wrong = Head(np.zeros((len(TOPIC), width + 1)), np.zeros(len(TOPIC)))
+    with pytest.raises(InvalidRequestError, match="fitted for another model"):
+        decider.decide(NEWS, [question], scoring=Scoring(head=wrong))

@@ -1,0 +1,101 @@
+"""Prior correction, rotations and fitted heads over HTTP: requested per call, or fixed by a
+served calibration profile; and the callers' mistakes as 4xx errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from conftest import API_KEY
+from llamadecide.calibration.backends import LocalBackend
+from llamadecide.calibration.data import load_task, read_labelled
+from llamadecide.calibration.fitting import fit_head
+from llamadecide.calibration.profile import CalibrationProfile, HeadParams
+from llamadecide.decisions import Decider, Scoring, choice
+from test_server_edges import TICKET, assert_error, decision
+
+ROOT = Path(__file__).resolve().parents[1]
+AGNEWS = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+TEAMS = {"type": "choice", "instructions": "Which team?",
+         "choices": [{"value": "billing"}, {"value": "support"}, {"value": "sales"}]}
+
+
+def post(server, body):
+    return httpx.post(f"{server.url}/v1/decisions", json=body, headers=AUTH, timeout=120)
+
+
+def probabilities(response) -> list[float]:
+    assert response.status_code == 200, response.text
+    return [p["probability"] for p in response.json()["answers"][0]["probabilities"]]
+
+
+def test_prior_correction_and_rotations_per_request_match_the_library(server, engine):
+    decider = Decider(engine)
+    question = choice("Which team?", ["billing", "support", "sales"], mode="labels")
+    for extension, rule in [({"prior_correction": True}, Scoring(prior_correction=True)),
+                            ({"rotations": 3}, Scoring(rotations=3)),
+                            ({"rotations": 3, "prior_correction": True}, Scoring(rotations=3, prior_correction=True))]:
+        served = probabilities(post(server, decision(questions=[TEAMS], llamadecide={"mode": "labels", **extension})))
+        local = decider.decide(TICKET, [question], scoring=rule).answers[0].probabilities
+        assert served == pytest.approx(local, abs=0.02), extension
+
+
+def test_bad_method_options_are_4xx(server):
+    assert_error(post(server, decision(questions=[TEAMS], llamadecide={"rotations": 4})), 400, param="rotations",
+                 contains="at most 3 rotations")
+    assert_error(post(server, decision(llamadecide={"rotations": 0})), 400, param="llamadecide.rotations")
+    levels = {"type": "score", "instructions": "How urgent?", "levels": [{"label": "low"}, {"label": "high"}]}
+    assert_error(post(server, decision(questions=[levels], llamadecide={"rotations": 2})), 400, contains="ordered")
+    assert httpx.get(f"{server.url}/health", timeout=30).json()["status"] == "ok"
+
+
+@pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
+def test_a_served_head_profile_gives_the_fitted_heads_probabilities(engine, tmp_path):
+    from llamadecide.bench.server_process import ServerProcess
+
+    task = load_task(ROOT / "examples" / "agnews.yaml")
+    items = read_labelled(AGNEWS, text_column="0", label_column="1")[:24]
+    backend = LocalBackend(engine)
+    question = task.question()
+    scores = [backend.score(item.text, question, hidden=True) for item in items]
+    L = np.array([s.logprobs for s in scores])
+    H = np.array([s.hidden for s in scores])
+    y = np.array([task.gold_index(item.label) for item in items])
+    head = fit_head(L, H, y, C=0.5)
+    profile = CalibrationProfile(
+        name="agnews-head", created="2026-12-03T00:00:00+00:00", model_sha256=engine.model_sha256,
+        prompt_format="llamadecide-1", task={"type": "choice", "instructions": task.instructions, "options": task.options,
+                                             "fingerprint": task.fingerprint()},
+        mode="text", calibrator="head", length_normalize=False, temperature=1.0, method="head",
+        head=HeadParams.from_calibrator(head), threshold=0.5, target_precision=0.9, confidence_level=0.95,
+        dataset_fingerprint="test", metrics={})
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    profile.save(profiles / "head.json")
+    assert CalibrationProfile.load(profiles / "head.json").head.hidden_size == H.shape[1]
+    text = "Shares of the chip maker jumped after it raised its revenue forecast."
+    body = {"model": "m", "input": text, "llamadecide": {"profile": "agnews-head"},
+            "questions": [{"type": "choice", "instructions": task.instructions,
+                           "choices": [{"value": v} for v in task.options]}]}
+    expected = head.apply(np.array([backend.score(text, question).logprobs]), None,
+                          np.array([backend.score(text, question, hidden=True).hidden]))[0]
+    with ServerProcess("--profiles-dir", str(profiles)) as server:
+        response = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120)
+        answer = response.json()["answers"][0]
+        assert answer["method"] == "head" and answer["calibrated"] is True
+        assert probabilities(response) == pytest.approx(list(expected), abs=0.02)
+        refused = httpx.post(f"{server.url}/v1/decisions", timeout=60,
+                             json={**body, "llamadecide": {"profile": "agnews-head", "prior_correction": True}})
+        assert_error(refused, 400, param="llamadecide.prior_correction")
+
+
+def test_a_profile_with_a_head_must_say_so():
+    with pytest.raises(ValueError, match="head parameters exactly when"):
+        CalibrationProfile(name="x", created="", model_sha256="0" * 64, prompt_format="llamadecide-1",
+                           task={"type": "predicate", "instructions": "x", "options": [True, False]}, mode="text",
+                           calibrator="head", length_normalize=False, temperature=1.0, target_precision=0.9,
+                           confidence_level=0.95, dataset_fingerprint="", metrics={})
