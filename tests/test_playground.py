@@ -32,7 +32,7 @@ def test_playground_shows_bars_matching_the_api(server, tmp_path):
             page.fill("#options", "\n".join(options))
             page.fill("#key", API_KEY)
             page.click("#run")
-            page.wait_for_selector(".bar", timeout=30_000)
+            page.wait_for_selector(".bar", timeout=120_000)
             rows = page.eval_on_selector_all(".bar", "rows => rows.map(r => [r.dataset.option, Number(r.dataset.probability), r.querySelector('.value').textContent, r.querySelector('.fill').style.width])")
             page.screenshot(path=str(tmp_path / "playground.png"))
         finally:
@@ -40,7 +40,7 @@ def test_playground_shows_bars_matching_the_api(server, tmp_path):
     api = httpx.post(f"{server.url}/v1/decisions", headers={"Authorization": f"Bearer {API_KEY}"}, json={
         "model": "m", "input": state, "llamadecide": {"mode": "text"},
         "questions": [{"type": "choice", "instructions": "Which team should handle this ticket?", "choices": [{"value": o} for o in options]}],
-    }).json()["answers"][0]
+    }, timeout=120).json()["answers"][0]
     expected = {p["value"]: p["probability"] for p in api["probabilities"]}
     assert sorted(r[0] for r in rows) == sorted(options)
     for option, probability, shown, width in rows:

@@ -17,11 +17,16 @@ def test_duplicate_options():
         choice("Which?", ["a", "b", "a"])
 
 
-def test_true_and_string_true_are_different_values_but_same_text():
-    with pytest.raises(InvalidRequestError, match="shown to the model as 'true'"):
-        choice("Which?", [True, "true"])
+def test_true_and_string_true_are_shown_as_json_so_they_differ():
+    q = choice("Which?", [True, "true", 1, "1", "yes"])
+    assert q.answer_texts() == ["true", '"true"', "1", '"1"', '"yes"']
+    assert [o.value for o in q.options] == [True, "true", 1, "1", "yes"]
+    assert choice("Which?", [True, "maybe"]).answer_texts() == ["true", "maybe"]  # plain text when nothing clashes
     q = choice("Which?", [True, "true"], mode="labels")
     assert q.answer_texts() == ["A", "B"]
+    # Two Options deliberately given the same text are still refused in text mode.
+    with pytest.raises(InvalidRequestError, match="shown to the model as 'same'"):
+        choice("Which?", [Option("a", "same"), Option("b", "same")])
 
 
 def test_case_and_space_variants_are_distinct_options():

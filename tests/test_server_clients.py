@@ -11,13 +11,16 @@ from openai.types import Decision
 from openai.types.chat import ChatCompletion
 
 from conftest import API_KEY
+from typesafe_sdk import RetryPolicy
+
+NO_RETRY = RetryPolicy(max_retries=0)  # a slow answer on a busy machine must not be sent twice
 
 TICKET = "I was charged twice for my subscription this month and I want a refund for the second payment."
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120.0)
 
 
 def test_chat_completion(client):
@@ -81,10 +84,23 @@ def test_decisions_with_the_openai_sdk(client):
     assert decision.usage.input_tokens > 0 and decision.usage.output_tokens == 0
 
 
+def test_typed_choice_values_that_read_alike_are_answered(client):
+    """The Decisions format allows typed values: True and "true" are two options, shown to the
+    model as JSON (true, "true") so it can tell them apart, and returned with their own types."""
+    decision = client.decisions.create(
+        model="anything", input=TICKET,
+        questions=[{"type": "choice", "instructions": "Should this be escalated?",
+                    "choices": [{"value": True}, {"value": "true"}, {"value": 1}, {"value": "1"}]}],
+    )
+    values = [p.value for p in decision.answers[0].probabilities]
+    assert values == [True, "true", 1, "1"] and [type(v) for v in values] == [bool, str, int, str]
+    assert sum(p.probability for p in decision.answers[0].probabilities) == pytest.approx(1.0)
+
+
 def test_decisions_extension_fields(server):
     body = {"model": "m", "input": TICKET, "llamadecide": {"threshold": 0.5},
             "questions": [{"type": "choice", "instructions": "Which team?", "choices": [{"value": "billing"}, {"value": "sales"}]}]}
-    answer = httpx.post(f"{server.url}/v1/decisions", json=body, headers={"Authorization": f"Bearer {API_KEY}"}).json()["answers"][0]
+    answer = httpx.post(f"{server.url}/v1/decisions", json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120).json()["answers"][0]
     assert answer["action"] == ("auto" if answer["confidence"] >= 0.5 else "escalate")
     assert answer["prompt_format"] == "llamadecide-1" and 0 < answer["label_mass"] <= 1 and answer["calibrated"] is False
 
@@ -92,9 +108,9 @@ def test_decisions_extension_fields(server):
 def test_string_and_message_list_inputs_are_the_same_prompt(server):
     question = [{"type": "predicate", "instructions": "The customer wants a refund."}]
     headers = {"Authorization": f"Bearer {API_KEY}"}
-    as_text = httpx.post(f"{server.url}/v1/decisions", json={"model": "m", "input": TICKET, "questions": question}, headers=headers).json()
+    as_text = httpx.post(f"{server.url}/v1/decisions", json={"model": "m", "input": TICKET, "questions": question}, headers=headers, timeout=120).json()
     as_messages = httpx.post(f"{server.url}/v1/decisions", headers=headers, json={
-        "model": "m", "questions": question, "input": [{"role": "user", "content": [{"type": "input_text", "text": TICKET}]}]}).json()
+        "model": "m", "questions": question, "input": [{"role": "user", "content": [{"type": "input_text", "text": TICKET}]}]}, timeout=120).json()
     assert as_text["answers"][0]["probability"] == pytest.approx(as_messages["answers"][0]["probability"], abs=1e-9)
 
 
@@ -105,7 +121,7 @@ def test_conversation_and_tool_items_are_rendered(server):
         {"type": "function_call_output", "call_id": "c1", "output": "{\"status\": \"refunded\"}"},
         {"role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
     ]}
-    response = httpx.post(f"{server.url}/v1/decisions", json=body, headers={"Authorization": f"Bearer {API_KEY}"})
+    response = httpx.post(f"{server.url}/v1/decisions", json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
     assert response.status_code == 200, response.text
 
 
@@ -114,7 +130,7 @@ def test_system_one_with_typesafe_sdk(server, monkeypatch):
 
     monkeypatch.setenv("TYPESAFE_BASE_URL", server.url)
     monkeypatch.setenv("TYPESAFE_API_KEY", API_KEY)
-    with TypeSafeClient() as ts:
+    with TypeSafeClient(timeout=120.0, retry=NO_RETRY) as ts:
         result = ts.system_one(
             state=TICKET,
             questions={
@@ -143,7 +159,7 @@ def test_system_one_zstd_body_over_1kb(server, monkeypatch):
 
     import httpx2
 
-    with TypeSafeClient(compression="zstd", http_client=httpx2.Client(event_hooks={"request": [record]})) as ts:
+    with TypeSafeClient(compression="zstd", http_client=httpx2.Client(event_hooks={"request": [record]}), timeout=120.0, retry=NO_RETRY) as ts:
         long_state = TICKET + " " + "The invoice number is INV-2026-0042. " * 60
         assert len(long_state) > 1024
         result = ts.system_one(state=long_state, questions={"team": Choice(instructions="Which team?",
@@ -158,6 +174,6 @@ def test_models_route_serves_both_sdks(client, server, monkeypatch):
 
     monkeypatch.setenv("TYPESAFE_BASE_URL", server.url)
     monkeypatch.setenv("TYPESAFE_API_KEY", API_KEY)
-    with TypeSafeClient() as ts:
+    with TypeSafeClient(timeout=120.0, retry=NO_RETRY) as ts:
         listed = ts.models.list()
     assert [m.name for m in listed.models] == ["SmolLM2-135M-Instruct.Q4_1"]

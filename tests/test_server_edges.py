@@ -37,8 +37,8 @@ def assert_error(response: httpx.Response, status: int, *, param: str | None = N
 @pytest.fixture()
 def healthy(server):
     yield
-    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
-    ok = httpx.post(f"{server.url}/v1/decisions", json=decision(), headers=AUTH)
+    assert httpx.get(f"{server.url}/health", timeout=120).json()["status"] == "ok"
+    ok = httpx.post(f"{server.url}/v1/decisions", json=decision(), headers=AUTH, timeout=120)
     assert ok.status_code == 200
 
 
@@ -116,7 +116,7 @@ class TestBadInput:
         assert_error(post(server, "/v1/decisions", decision(llamadecide={"profile": "agnews"})), 400, param="llamadecide.profile")
 
     def test_unknown_route(self, server):
-        assert_error(httpx.get(f"{server.url}/v2/nothing", headers=AUTH), 404)
+        assert_error(httpx.get(f"{server.url}/v2/nothing", headers=AUTH, timeout=120), 404)
 
     def test_chat_lenient_on_unknown_fields(self, server):
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "some_future_field": 1}
@@ -130,17 +130,17 @@ class TestBadInput:
 @pytest.mark.usefixtures("healthy")
 class TestAuth:
     def test_missing_and_wrong_key(self, server):
-        assert_error(httpx.post(f"{server.url}/v1/decisions", json=decision()), 401)
-        assert_error(httpx.post(f"{server.url}/v1/decisions", json=decision(), headers={"Authorization": "Bearer wrong"}), 401)
-        assert_error(httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Basic {API_KEY}"}), 401)
-        assert_error(httpx.get(f"{server.url}/metrics"), 401)
+        assert_error(httpx.post(f"{server.url}/v1/decisions", json=decision(), timeout=120), 401)
+        assert_error(httpx.post(f"{server.url}/v1/decisions", json=decision(), headers={"Authorization": "Bearer wrong"}, timeout=120), 401)
+        assert_error(httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Basic {API_KEY}"}, timeout=120), 401)
+        assert_error(httpx.get(f"{server.url}/metrics", timeout=120), 401)
 
     def test_open_routes(self, server):
-        assert httpx.get(f"{server.url}/ping").status_code == 200
-        assert httpx.get(f"{server.url}/health").status_code == 200
-        assert httpx.get(f"{server.url}/").status_code == 200
+        assert httpx.get(f"{server.url}/ping", timeout=120).status_code == 200
+        assert httpx.get(f"{server.url}/health", timeout=120).status_code == 200
+        assert httpx.get(f"{server.url}/", timeout=120).status_code == 200
         # SageMaker forwards no Authorization header; /invocations must not need the key
-        assert httpx.post(f"{server.url}/invocations", json=decision()).status_code == 200
+        assert httpx.post(f"{server.url}/invocations", json=decision(), timeout=120).status_code == 200
 
 
 class TestSageMaker:
@@ -240,7 +240,7 @@ def test_fifty_concurrent_mixed_requests(server):
     for r in responses:
         if r.status_code == 503:
             assert r.json()["error"]["code"] == "overloaded" and r.headers.get("retry-after")
-    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+    assert httpx.get(f"{server.url}/health", timeout=120).json()["status"] == "ok"
 
 
 def test_disconnected_stream_frees_the_engine(server):
@@ -266,7 +266,7 @@ def test_probability_log(server):
 
 def test_metrics(server):
     post(server, "/v1/decisions", decision())
-    text = httpx.get(f"{server.url}/metrics", headers=AUTH).text
+    text = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=120).text
     assert 'llamadecide_requests_total{route="/v1/decisions",status="200"}' in text
     assert "llamadecide_request_seconds_bucket" in text and "llamadecide_queue_depth" in text
     assert 'llamadecide_tokens_total{kind="scored"}' in text and 'llamadecide_errors_total' in text

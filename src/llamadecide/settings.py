@@ -120,9 +120,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LLAMADECIDE_", extra="forbid", populate_by_name=True)
 
     # engine
-    model: str | None = Field(None, description="GGUF path, directory, or bundled model name; default: /opt/ml/model, else the bundled SmolLM2-135M-Instruct")
+    model: str | None = Field(None, description="GGUF path, directory, or bundled model name; default: /opt/ml/model, else the bundled qwen2.5-coder-1.5b-instruct (`llamadecide models`)")
     model_alias: str | None = Field(None, description="Model name reported to clients (default: the GGUF's general.name)")
-    n_ctx: int = Field(4096, ge=0, description="Context size in tokens (0: the model's training context)")
+    n_ctx: int = Field(8192, ge=0, description="Context size in tokens (0: the model's training context); 8192 fits 255 described options")
     n_batch: int = Field(512, ge=1, description="Logical batch size for prompt evaluation")
     n_ubatch: int = Field(512, ge=1, description="Physical batch size")
     n_threads: int | None = Field(None, ge=1, description="CPU threads for generation (default: all cores)")
@@ -148,6 +148,7 @@ class Settings(BaseSettings):
     queue_size: int = Field(64, ge=1, description="Requests that may wait for the engine before 503")
     probability_log: Path | None = Field(None, description="Append one JSON line per answer to this file")
     profiles_dir: Path | None = Field(None, description="Directory of calibration profiles (JSON)")
+    systemone_extensions: bool = Field(True, description="Add llamadecide's x_-prefixed fields (x_label_mass...) to System One answers")
 
     @classmethod
     def settings_customise_sources(

@@ -6,6 +6,7 @@ caller, the text shown to (and expected from) the model, and an optional descrip
 
 from __future__ import annotations
 
+import json
 import string
 from dataclasses import dataclass
 from typing import Literal, Sequence, Union
@@ -99,16 +100,21 @@ def choice(
     name: str | None = None,
     mode: Mode = "text",
 ) -> Question:
-    """A choice among declared values; an item may be a value, (value, description) or an Option."""
+    """A choice among declared values; an item may be a value, (value, description) or an Option.
+    Values are shown as plain text (true, 3, billing); when two typed values would read the same
+    (True and "true", 1 and "1"), every value is shown as JSON instead (true, "true"), so the
+    model can tell them apart and no valid choice list is refused."""
+    pairs = [(item.value, item.description) if isinstance(item, Option) else item if isinstance(item, tuple) else (item, None)
+             for item in options]
+    plain = [_value_text(value) for value, _ in pairs]
+    typed_clash = len(set(plain)) < len(plain) and len({(type(v), v) for v, _ in pairs}) == len(pairs)
+    render = (lambda v: json.dumps(v, ensure_ascii=False)) if typed_clash else _value_text
     built: list[Option] = []
-    for item in options:
-        if isinstance(item, Option):
+    for item, (value, description) in zip(options, pairs):
+        if isinstance(item, Option) and not typed_clash:
             built.append(item)
-        elif isinstance(item, tuple):
-            value, description = item
-            built.append(Option(value, _value_text(value), description))
         else:
-            built.append(Option(item, _value_text(item)))
+            built.append(Option(value, render(value), description))
     return Question("choice", instructions, tuple(built), name=name, mode=mode)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -165,8 +166,8 @@ class Decider:
         return _Scored(question, sequences, boundaries, prompt_tokens)
 
     def _score(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring]) -> tuple[list[_Combined], int, int]:
-        """Every rotation of every question in one batched evaluation; per question, each option's
-        log-likelihood averaged over its rotations, in the question's own option order."""
+        """Every option of every rotation of each question in one batched evaluation; per question,
+        each option's log-likelihood averaged over its rotations, in the question's own option order."""
         variants: list[tuple[int, int]] = []  # (question index, shift)
         scored: list[_Scored] = []
         for index, (question, rule) in enumerate(zip(questions, rules)):
@@ -176,8 +177,18 @@ class Decider:
         all_sequences = [s for item in scored for s in item.sequences]
         shared = min(_common_prefix(all_sequences), min(b for item in scored for b in item.boundaries))
         shared = min(shared, min(len(s) for s in all_sequences) - 1)
+        # One engine call per question (its options and rotations in one batch). The state is
+        # still evaluated once: each call keeps the cached prefix it shares with the previous one.
+        # Scoring each question in a layout of its own makes its answer exactly the same whether
+        # it is asked alone or beside other questions.
+        logprobs: list[np.ndarray] = []
+        for index in range(len(questions)):
+            group = [s for (q, _), item in zip(variants, scored) if q == index for s in item.sequences]
+            bounds = [b for (q, _), item in zip(variants, scored) if q == index for b in item.boundaries]
+            local = min(_common_prefix(group), min(bounds), min(len(s) for s in group) - 1)
+            rows = self.engine.score_continuations(group[0][:local], [s[local:] for s in group])
+            logprobs.extend(np.concatenate([np.zeros(local - shared), row]) for row in rows)  # aligned at `shared`
         continuations = [s[shared:] for s in all_sequences]
-        logprobs = self.engine.score_continuations(all_sequences[0][:shared], continuations)
         sums = [np.zeros(len(q.options)) for q in questions]
         lengths = [np.zeros(len(q.options)) for q in questions]
         counts = [0] * len(questions)
@@ -212,7 +223,14 @@ class Decider:
         began = time.perf_counter()
         state_text = render_state(state)
         rules = _per_question_scoring(scoring, len(questions))
-        combined, distinct, shared = self._score(state_text, questions, rules)
+        # Questions go into the batch in an order fixed by their content, not by the request, so
+        # reordering (or renaming) the questions of a request changes no answer, not even by
+        # llama.cpp's batch-layout noise.
+        order = sorted(range(len(questions)), key=lambda i: _canonical_key(questions[i], rules[i]))
+        scored, distinct, shared = self._score(state_text, [questions[i] for i in order], [rules[i] for i in order])
+        combined: list[_Combined] = [scored[0]] * len(questions)
+        for position, i in enumerate(order):
+            combined[i] = scored[position]
         cached = int(getattr(self.engine, "last_reused_tokens", 0))
         answers: list[Answer] = []
         for question, rule, item in zip(questions, rules, combined):
@@ -259,6 +277,11 @@ class Decider:
         item = self._tokenize(render_state(state), question)
         totals = [float(self.engine.score_naive(s, b).sum()) for s, b in zip(item.sequences, item.boundaries)]
         return _answer(question, totals, item.answer_lengths, scoring or Scoring())
+
+
+def _canonical_key(question: Question, rule: Scoring) -> str:
+    options = [[type(o.value).__name__, str(o.value), o.text, o.description or ""] for o in question.options]
+    return json.dumps([question.type, question.mode, question.instructions, options, rule.rotations])
 
 
 def rotation_shifts(question: Question, rotations: int) -> list[int]:

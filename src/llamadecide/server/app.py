@@ -59,7 +59,7 @@ class Runtime:
             log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
         decisions = DecisionServing(Decider(engine), model_name=name, max_questions=self.settings.max_questions,
                                     max_options=self.settings.max_options, model_sha256=lambda: engine.model_sha256,
-                                    profiles=profiles)
+                                    profiles=profiles, systemone_extensions=self.settings.systemone_extensions)
         chat = ChatServing(engine, self.scheduler, model_name=name, max_tokens=self.settings.max_tokens)
         self.services = Services(engine, name, decisions, chat)
 

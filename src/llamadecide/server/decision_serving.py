@@ -29,6 +29,7 @@ class Prepared:
     scoring: Scoring
     extension: Extension | None
     profile: Any = None  # CalibrationProfile applied to every question, if named
+    ignored_fields: tuple[str, ...] = ()  # unknown top-level System One fields, accepted and reported
 
 
 def content_text(content: Any) -> str:
@@ -90,7 +91,9 @@ def _named(build: Callable[[], Question], where: str) -> Question:
 
 class DecisionServing:
     def __init__(self, decider: Decider, *, model_name: str, max_questions: int, max_options: int,
-                 profiles: Callable[[str], None] | None = None, model_sha256: Callable[[], str] = lambda: "") -> None:
+                 profiles: Callable[[str], None] | None = None, model_sha256: Callable[[], str] = lambda: "",
+                 systemone_extensions: bool = True) -> None:
+        self.systemone_extensions = systemone_extensions
         self.decider = decider
         self.model_sha256 = model_sha256
         self.model_name = model_name
@@ -199,7 +202,9 @@ class DecisionServing:
                 legends[qid] = list(q.criteria)
                 levels = [(content_text(c), None) for c in q.criteria]
                 questions.append(_named(lambda: score(text or DEFAULT_INSTRUCTIONS["score"], levels, name=qid, mode=mode or "labels"), where))
-        return Prepared(request.state, questions, ids, self._scoring(ext, profile, questions), ext, profile), ids, legends
+        ignored = tuple(sorted(request.model_extra or {}))
+        return (Prepared(request.state, questions, ids, self._scoring(ext, profile, questions), ext, profile, ignored),
+                ids, legends)
 
     # -- run ----------------------------------------------------------------------------------
 
@@ -266,7 +271,12 @@ class DecisionServing:
                 body = {"type": "score", "score": answer.score, "confidence": answer.confidence,
                         "legend": {str(i): level for i, level in enumerate(legends[qid])},
                         "probabilities": {str(o.value): o.probability for o in answer.options}}
-            body.update(self._extension_fields(answer, prepared))
+            if self.systemone_extensions:
+                # TypeSafe clients reserve unprefixed names: extensions there carry the x_ prefix.
+                body.update({f"x_{key}": value for key, value in self._extension_fields(answer, prepared).items()})
             answers[qid] = body
-        return {"model": self.model_name, "answers": answers,
+        body = {"model": self.model_name, "answers": answers,
                 "usage": {"input_tokens": decision.prompt_tokens, "output_tokens": 0}}
+        if prepared.ignored_fields:  # accepted as the spec asks, never silently
+            body["x_ignored_fields"] = list(prepared.ignored_fields)
+        return body

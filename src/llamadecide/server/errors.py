@@ -1,8 +1,10 @@
 """One error envelope, one status table. Every error leaves as
-{"error": {"message", "type", "param", "code"}}."""
+{"error": {"message", "type", "param", "code"}}; on the System One route the same body also carries
+TypeSafe's {"detail": {"error_type", "message"}}, so clients of either format read it."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 from fastapi import FastAPI, Request
@@ -92,30 +94,43 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return (f"{param}: {message}" if param else message), param
 
 
+SYSTEMONE_PATH = "/v1/systemone"
+
+
+def for_route(request: Request, response: JSONResponse) -> JSONResponse:
+    """Add TypeSafe's `detail` beside the envelope on the System One route."""
+    if request.url.path != SYSTEMONE_PATH:
+        return response
+    error = json.loads(response.body)["error"]
+    body = {**json.loads(response.body), "detail": {"error_type": error["type"], "message": error["message"]}}
+    headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
+    return JSONResponse(body, status_code=response.status_code, headers=headers)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(LlamaDecideError)
-    async def _domain(_: Request, exc: LlamaDecideError) -> JSONResponse:
-        return domain_error_response(exc)
+    async def _domain(request: Request, exc: LlamaDecideError) -> JSONResponse:
+        return for_route(request, domain_error_response(exc))
 
     @app.exception_handler(APIError)
-    async def _api(_: Request, exc: APIError) -> JSONResponse:
+    async def _api(request: Request, exc: APIError) -> JSONResponse:
         headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
         if exc.status == 401:
             headers = {"WWW-Authenticate": "Bearer"}
-        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code, headers)
+        return for_route(request, error_response(exc.status, exc.message, exc.type, exc.param, exc.code, headers))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, param = validation_message(exc)
-        return error_response(400, message, "invalid_request_error", param)
+        return for_route(request, error_response(400, message, "invalid_request_error", param))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = "no such route" if exc.status_code == 404 else str(exc.detail)
-        return error_response(exc.status_code, message, HTTP_TYPES.get(exc.status_code, "invalid_request_error"))
+        return for_route(request, error_response(exc.status_code, message, HTTP_TYPES.get(exc.status_code, "invalid_request_error")))
 
     @app.exception_handler(Exception)
     async def _fallback(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s (request %s)", request.method, request.url.path,
                       request.scope.get("state", {}).get("request_id"))
-        return error_response(500, "internal server error", "server_error")
+        return for_route(request, error_response(500, "internal server error", "server_error"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from llamadecide.server.protocol.common import Extension, Strict
 
@@ -50,6 +50,12 @@ class Asset(Strict):
 
 
 class SystemOneRequest(Strict):
+    """Unknown fields inside questions are refused. Unknown top-level fields (a client's trace id,
+    a seed) are accepted, as the System One spec asks, but not silently: the answer names them in
+    `x_ignored_fields`."""
+
+    model_config = ConfigDict(extra="allow")
+
     model: Optional[str] = Field(None, max_length=200)
     state: Content
     questions: dict[str, Question] = Field(min_length=1, max_length=400)
