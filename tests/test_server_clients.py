@@ -90,10 +90,10 @@ def test_typed_choice_values_that_read_alike_are_answered(client):
     decision = client.decisions.create(
         model="anything", input=TICKET,
         questions=[{"type": "choice", "instructions": "Should this be escalated?",
-                    "choices": [{"value": True}, {"value": "true"}, {"value": 1}, {"value": "1"}]}],
+                    "choices": [{"value": True}, {"value": "true"}, {"value": False}, {"value": "false"}]}],
     )
     values = [p.value for p in decision.answers[0].probabilities]
-    assert values == [True, "true", 1, "1"] and [type(v) for v in values] == [bool, str, int, str]
+    assert values == [True, "true", False, "false"] and [type(v) for v in values] == [bool, str, bool, str]
     assert sum(p.probability for p in decision.answers[0].probabilities) == pytest.approx(1.0)
 
 

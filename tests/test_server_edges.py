@@ -78,7 +78,7 @@ class TestBadInput:
         assert_error(post(server, "/v1/decisions", big), 413)
 
     def test_state_longer_than_context(self, server):
-        response = post(server, "/v1/decisions", decision(input="word " * 5000))
+        response = post(server, "/v1/decisions", decision(input="word " * 9000))  # over the default 8192-token context
         assert_error(response, 400, contains="context")
         assert response.json()["error"]["code"] == "context_length_exceeded"
 

@@ -83,7 +83,7 @@ def measure(engine: Engine, k: int, repeats: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="GGUF path (default: bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--model", default=None, help="GGUF path or bundled model name (default: the default bundled model)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--n-gpu-layers", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=7)
