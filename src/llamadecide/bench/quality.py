@@ -206,6 +206,26 @@ def print_table(result: dict, console: Console) -> None:
     console.print(table)
 
 
+def markdown(results: list[dict]) -> str:
+    """The figures as Markdown tables (for the README and docs/measurements)."""
+    out = []
+
+    def f(value, fmt="{:.3f}"):
+        return "-" if value is None else fmt.format(value)
+
+    for result in results:
+        out.append(f"**{result['dataset']}**, {result['model']}: {result['labelled']} labelled, {result['test']} test items "
+                   f"(seed {result['seed']})\n")
+        out.append(f"| method | variant | labels used | accuracy | macro-F1 | NLL | ECE | auto @ precision {TARGET} | their precision |")
+        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for row in result["rows"]:
+            out.append(f"| {row['method']} | {row['variant']} | {row['labels_used']} | {f(row['accuracy'])} | "
+                       f"{f(row.get('macro_f1'))} | {f(row.get('nll'))} | {f(row.get('ece'))} | "
+                       f"{f(row.get('auto_coverage'), '{:.1%}')} | {f(row.get('auto_precision'))} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", nargs="+", default=["qwen2.5-coder-1.5b-instruct"],
@@ -223,7 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/quality"))
     parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--markdown", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="print the saved --json results as Markdown tables and exit")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown([r for path in args.markdown for r in json.loads(path.read_text(encoding="utf-8"))]))
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     console = Console(width=170)
     results = []

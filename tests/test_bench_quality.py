@@ -1,0 +1,52 @@
+"""The quality benchmark end to end on a small slice with the bundled small model: every method row,
+both baselines, figures in range, Markdown rendering; and its pure pieces on synthetic data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llamadecide.bench import quality
+
+pytestmark = pytest.mark.skipif(not quality.DATASETS["sst2"].path.exists(), reason="shared data not beside the checkout")
+
+
+def test_quality_bench_on_a_slice(tmp_path, capsys):
+    out = tmp_path / "runs"
+    code = quality.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--labelled", "30", "--test", "12",
+                         "--generate", "3", "--out", str(out), "--json", str(out / "r.json"), "--quiet"])
+    assert code == 0
+    [result] = json.loads((out / "r.json").read_text())
+    methods = [(r["method"], r["variant"]) for r in result["rows"]]
+    for expected in [("zero-shot", "text mode"), ("prior-corrected", "text mode"), ("zero-shot", "labels mode"),
+                     ("prior-corrected", "labels mode, 2 rotations")]:
+        assert expected in methods
+    assert any(m == "head" for m, _ in methods) and any(m == "chosen by CV" for m, _ in methods)
+    assert methods[-2][0] == "TF-IDF + LR (baseline)" and methods[-1][0] == "generate-and-parse (baseline)"
+    for row in result["rows"]:
+        assert 0.0 <= row["accuracy"] <= 1.0
+        if row["nll"] is not None:
+            assert row["nll"] > 0 and 0.0 <= row["ece"] <= 1.0 and 0.0 <= row["macro_f1"] <= 1.0
+    assert result["rows"][-1]["invalid_rate"] is not None
+    # A second run is served from the cache and gives the same figures.
+    quality.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--labelled", "30", "--test", "12",
+                  "--generate", "0", "--out", str(out), "--json", str(out / "again.json"), "--quiet"])
+    again = json.loads((out / "again.json").read_text())[0]["rows"]
+    assert [r["accuracy"] for r in again] == [r["accuracy"] for r in result["rows"][:-1]]
+    capsys.readouterr()
+    quality.main(["--markdown", str(out / "r.json")])
+    assert "| TF-IDF + LR (baseline) | - | 30 |" in capsys.readouterr().out
+
+
+def test_measure_reports_guaranteed_coverage_only_when_the_bound_holds():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 400)
+    sure = np.where(y[:, None] == np.arange(2), 0.99, 0.01)  # confident and always right
+    row = quality.measure(sure[200:], y[200:], sure[:200], y[:200])
+    assert row["accuracy"] == 1.0 and row["auto_coverage"] == 1.0 and row["auto_precision"] == 1.0
+    coin = np.full((400, 2), 0.5)  # no information: nothing can be auto-handled at precision 0.9
+    row = quality.measure(coin[200:], y[200:], coin[:200], y[:200])
+    assert row["auto_coverage"] == 0.0 and row["threshold"] is None
