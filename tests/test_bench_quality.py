@@ -4,7 +4,6 @@ both baselines, figures in range, Markdown rendering; and its pure pieces on syn
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
