@@ -112,3 +112,19 @@ def test_a_head_reads_log_likelihoods_and_the_hidden_state(engine):
     wrong = Head(np.zeros((len(TOPIC), width + 1)), np.zeros(len(TOPIC)))
     with pytest.raises(InvalidRequestError, match="fitted for another model"):
         decider.decide(NEWS, [question], scoring=Scoring(head=wrong))
+
+
+def test_an_answer_does_not_depend_on_the_other_questions_or_their_order(engine):
+    decider = Decider(engine)
+    text = "Hi, I was charged twice for my March invoice and I am really annoyed."
+    anger = score("How frustrated is the customer?", ["Calm", "Frustrated", "Very angry"])
+    team = choice("Which team?", ["Billing", "Technical", "Sales"])
+    refund = predicate("Is the customer asking for money back?")
+    alone = decider.decide(text, [anger]).answers[0].probabilities
+    decider.decide("something else entirely", [team])  # another cache state
+    beside = decider.decide(text, [refund, team, anger]).answers[2].probabilities
+    reordered = decider.decide(text, [anger, refund, team]).answers[0].probabilities
+    engine.clear_cache()
+    renamed = decider.decide(text, [score("How frustrated is the customer?", ["Calm", "Frustrated", "Very angry"],
+                                          name="q-2")]).answers[0].probabilities
+    assert alone == beside == reordered == renamed  # bit-identical, not merely close
