@@ -166,47 +166,36 @@ class Decider:
         return _Scored(question, sequences, boundaries, prompt_tokens)
 
     def _score(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring]) -> tuple[list[_Combined], int, int]:
-        """Every option of every rotation of each question in one batched evaluation; per question,
-        each option's log-likelihood averaged over its rotations, in the question's own option order."""
-        variants: list[tuple[int, int]] = []  # (question index, shift)
-        scored: list[_Scored] = []
-        for index, (question, rule) in enumerate(zip(questions, rules)):
-            for shift in rotation_shifts(question, rule.rotations):
-                variants.append((index, shift))
-                scored.append(self._tokenize(state_text, rotate(question, shift)))
-        all_sequences = [s for item in scored for s in item.sequences]
-        shared = min(_common_prefix(all_sequences), min(b for item in scored for b in item.boundaries))
-        shared = min(shared, min(len(s) for s in all_sequences) - 1)
-        # One engine call per question (its options and rotations in one batch). The state is
-        # still evaluated once: each call keeps the cached prefix it shares with the previous one.
-        # Scoring each question in a layout of its own makes its answer exactly the same whether
-        # it is asked alone or beside other questions.
-        logprobs: list[np.ndarray] = []
-        for index in range(len(questions)):
-            group = [s for (q, _), item in zip(variants, scored) if q == index for s in item.sequences]
-            bounds = [b for (q, _), item in zip(variants, scored) if q == index for b in item.boundaries]
-            local = min(_common_prefix(group), min(bounds), min(len(s) for s in group) - 1)
-            rows = self.engine.score_continuations(group[0][:local], [s[local:] for s in group])
-            logprobs.extend(np.concatenate([np.zeros(local - shared), row]) for row in rows)  # aligned at `shared`
-        continuations = [s[shared:] for s in all_sequences]
-        sums = [np.zeros(len(q.options)) for q in questions]
-        lengths = [np.zeros(len(q.options)) for q in questions]
-        counts = [0] * len(questions)
-        prompts: list[list[int] | None] = [None] * len(questions)
-        cursor = 0
-        for (index, shift), item in zip(variants, scored):
-            k = len(questions[index].options)
-            for position, boundary in enumerate(item.boundaries):
-                original = (position + shift) % k
-                sums[index][original] += float(logprobs[cursor][boundary - shared:].sum())
-                lengths[index][original] += len(item.sequences[position]) - boundary
-                cursor += 1
-            counts[index] += 1
-            if shift == 0:
-                prompts[index] = item.prompt_tokens
-        combined = [_Combined(list(total / n), [int(round(x / n)) for x in length], prompt or [])
-                    for total, length, n, prompt in zip(sums, lengths, counts, prompts)]
-        return combined, shared + _distinct_prefixes(continuations), shared
+        """Per question, every option of every rotation in one batched evaluation, and each option's
+        log-likelihood averaged over its rotations, in the question's own option order."""
+        per_question: list[list[tuple[int, _Scored]]] = [
+            [(shift, self._tokenize(state_text, rotate(question, shift))) for shift in rotation_shifts(question, rule.rotations)]
+            for question, rule in zip(questions, rules)]
+        combined: list[_Combined] = []
+        # One engine call per question. The state is still evaluated once: each call keeps the
+        # cached prefix it shares with the previous one. Scoring each question in a layout of its
+        # own makes its answer exactly the same whether it is asked alone or beside other questions.
+        for question, variants in zip(questions, per_question):
+            group = [s for _, item in variants for s in item.sequences]
+            local = min(_common_prefix(group), min(b for _, item in variants for b in item.boundaries),
+                        min(len(s) for s in group) - 1)
+            rows = iter(self.engine.score_continuations(group[0][:local], [s[local:] for s in group]))
+            k = len(question.options)
+            sums, lengths = np.zeros(k), np.zeros(k)
+            for shift, item in variants:
+                for position, (boundary, length) in enumerate(zip(item.boundaries, item.answer_lengths)):
+                    original = (position + shift) % k
+                    sums[original] += float(next(rows)[boundary - local:].sum())
+                    lengths[original] += length
+            n = len(variants)
+            prompt = next(item.prompt_tokens for shift, item in variants if shift == 0)
+            combined.append(_Combined(list(sums / n), [int(round(x / n)) for x in lengths], prompt))
+        # Reported: the distinct tokens all questions needed, the state counted once.
+        all_sequences = [s for variants in per_question for _, item in variants for s in item.sequences]
+        shared = min(_common_prefix(all_sequences),
+                     min(b for variants in per_question for _, item in variants for b in item.boundaries),
+                     min(len(s) for s in all_sequences) - 1)
+        return combined, shared + _distinct_prefixes([s[shared:] for s in all_sequences]), shared
 
     def decide(
         self,
