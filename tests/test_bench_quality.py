@@ -16,13 +16,15 @@ pytestmark = pytest.mark.skipif(not quality.DATASETS["sst2"].path.exists(), reas
 def test_quality_bench_on_a_slice(tmp_path, capsys):
     out = tmp_path / "runs"
     code = quality.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--labelled", "30", "--test", "12",
-                         "--generate", "3", "--out", str(out), "--json", str(out / "r.json"), "--quiet"])
+                         "--generate", "3", "--shots", "2", "--out", str(out), "--json", str(out / "r.json"), "--quiet"])
     assert code == 0
     [result] = json.loads((out / "r.json").read_text())
     methods = [(r["method"], r["variant"]) for r in result["rows"]]
     for expected in [("zero-shot", "text mode"), ("prior-corrected", "text mode"), ("zero-shot", "labels mode"),
-                     ("prior-corrected", "labels mode, 2 rotations")]:
+                     ("prior-corrected", "labels mode, 2 rotations"), ("2-shot", "labels mode, 2-shot"),
+                     ("2-shot, prior-corrected", "labels mode, 2-shot")]:
         assert expected in methods
+    assert next(r for r in result["rows"] if r["method"] == "2-shot")["labels_used"] == 2
     assert any(m == "head" for m, _ in methods) and any(m == "chosen by CV" for m, _ in methods)
     assert methods[-2][0] == "TF-IDF + LR (baseline)" and methods[-1][0] == "generate-and-parse (baseline)"
     for row in result["rows"]:
@@ -32,7 +34,7 @@ def test_quality_bench_on_a_slice(tmp_path, capsys):
     assert result["rows"][-1]["invalid_rate"] is not None
     # A second run is served from the cache and gives the same figures.
     quality.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--labelled", "30", "--test", "12",
-                  "--generate", "0", "--out", str(out), "--json", str(out / "again.json"), "--quiet"])
+                  "--generate", "0", "--shots", "2", "--out", str(out), "--json", str(out / "again.json"), "--quiet"])
     again = json.loads((out / "again.json").read_text())[0]["rows"]
     assert [r["accuracy"] for r in again] == [r["accuracy"] for r in result["rows"][:-1]]
     capsys.readouterr()

@@ -1,7 +1,7 @@
 """Decision quality on real labelled data (a script that prints figures, not a timed test).
 
     python -m llamadecide.bench.quality [--model NAME ...] [--dataset agnews sst2 banking77]
-        [--labelled N] [--test N] [--rotations R] [--generate N] [--out DIR] [--json FILE]
+        [--labelled N] [--test N] [--rotations R] [--shots K] [--generate N] [--out DIR] [--json FILE]
 
 Per model and data set: a seeded split into a labelled (calibration) part and a test part. Every
 method is chosen or fitted on the labelled part only and measured on the test part: accuracy,
@@ -127,23 +127,24 @@ def generate_and_parse(engine: Engine, task: Task, items: list[LabelledItem], y:
 
 
 def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_idx: np.ndarray, y: np.ndarray) -> list[dict]:
-    """Zero-shot and prior-corrected (no labels used for the probabilities) for each variant, the
-    best head for each variant, and the method `llamadecide calibrate` would choose."""
+    """Zero-shot (or k-shot) and prior-corrected (no labels fitted) for each variant, the best head
+    for each variant, and the method `llamadecide calibrate` would choose."""
     y_cal, y_test = y[cal_idx], y[test_idx]
     rows = []
     for variant, data in scored.items():
-        fixed = [("zero-shot", Candidate("none", False))]
+        shots = f"{variant.shots}-shot" if variant.shots else ""
+        fixed = [(shots or "zero-shot", Candidate("none", False))]
         if data.content_free is not None:
-            fixed.append(("prior-corrected", Candidate("none", False, prior_correction=True)))
+            fixed.append((f"{shots}, prior-corrected" if shots else "prior-corrected", Candidate("none", False, prior_correction=True)))
         for name, candidate in fixed:
             calibrator = fit_variant(candidate, data, cal_idx, y_cal)
-            rows.append({"method": name, "variant": variant.label, "labels_used": 0,
+            rows.append({"method": name, "variant": variant.label, "labels_used": variant.shots,
                          **measure(apply_variant(calibrator, data, test_idx), y_test,
                                    apply_variant(calibrator, data, cal_idx), y_cal)})
     results, fitted = select(scored, cal_idx, y_cal)
     heads = [r for r in results if r["kind"] == "head"]
     for variant in scored:
-        mine = [r for r in heads if r["mode"] == variant.mode and r["rotations"] == variant.rotations]
+        mine = [r for r in heads if (r["mode"], r["rotations"], r["shots"]) == (variant.mode, variant.rotations, variant.shots)]
         if mine:
             rows.append(_fitted_row("head", min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
     rows.append(_fitted_row("chosen by CV", min(results, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
@@ -167,12 +168,12 @@ def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, conso
     cal_idx, test_idx = split(len(items), args.labelled or dataset.labelled, args.test or dataset.test, args.seed)
     used = np.concatenate([cal_idx, test_idx])
     rotations = args.rotations if len(task.options) <= args.max_rotated_options else 1
-    config = RunConfig(out_dir=args.out, compare_modes=len(args.modes) > 1, rotations=rotations,
+    config = RunConfig(out_dir=args.out, compare_modes=len(args.modes) > 1, rotations=rotations, shots=args.shots,
                        show_progress=not args.quiet, only_mode=None if len(args.modes) > 1 else args.modes[0])
     cache = ScoreCache(args.out / f"cache-{model}-{name}.sqlite")
     began = time.perf_counter()
     try:
-        scored = score_variants(LocalBackend(engine), task, items, used, config, cache)
+        scored = score_variants(LocalBackend(engine), task, items, used, config, cache, pool=cal_idx)
     finally:
         cache.close()
     rows = method_rows(scored, cal_idx, test_idx, y)
@@ -234,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labelled", type=int, default=None, help="labelled (calibration) items; default per data set")
     parser.add_argument("--test", type=int, default=None, help="test items; default per data set")
     parser.add_argument("--rotations", type=int, default=4, help="labels-mode rotations (data sets with few options)")
+    parser.add_argument("--shots", type=int, default=0,
+                        help="also measure k-shot: this many labelled items shown before each question")
     parser.add_argument("--max-rotated-options", type=int, default=8)
     parser.add_argument("--modes", nargs="+", default=["text", "labels"], choices=["text", "labels"],
                         help="scoring modes to measure (text alone halves the cost on many-option sets)")

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from llamadecide.decisions import Decider, Question
+from llamadecide.decisions.service import Demonstration
 from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.errors import LlamaDecideError
@@ -26,14 +27,18 @@ class ItemScores:
 class Backend(Protocol):
     description: str
     supports_hidden: bool
+    supports_demonstrations: bool
 
     def identity(self) -> str: ...
-    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False) -> ItemScores: ...
-    def content_free(self, question: Question, *, rotations: int = 1) -> tuple[np.ndarray, np.ndarray | None]: ...
+    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
+              demonstrations: tuple[Demonstration, ...] = ()) -> ItemScores: ...
+    def content_free(self, question: Question, *, rotations: int = 1,
+                     demonstrations: tuple[Demonstration, ...] = ()) -> tuple[np.ndarray, np.ndarray | None]: ...
 
 
 class LocalBackend:
     supports_hidden = True
+    supports_demonstrations = True
 
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -43,12 +48,15 @@ class LocalBackend:
     def identity(self) -> str:
         return self.engine.model_sha256
 
-    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False) -> ItemScores:
-        logprobs, lengths, state = self.decider.scores(text, question, rotations=rotations, hidden=hidden)
+    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
+              demonstrations: tuple[Demonstration, ...] = ()) -> ItemScores:
+        logprobs, lengths, state = self.decider.scores(text, question, rotations=rotations, hidden=hidden,
+                                                       demonstrations=demonstrations)
         return ItemScores(logprobs, lengths, state)
 
-    def content_free(self, question: Question, *, rotations: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
-        return self.decider.content_free_scores(question, rotations=rotations)
+    def content_free(self, question: Question, *, rotations: int = 1,
+                     demonstrations: tuple[Demonstration, ...] = ()) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.decider.content_free_scores(question, rotations=rotations, demonstrations=demonstrations)
 
 
 def wire_question(question: Question) -> dict[str, Any]:
@@ -77,6 +85,7 @@ def _logprobs_from_answer(answer: dict, question: Question) -> ItemScores:
 
 class _RemoteBackend:
     supports_hidden = False
+    supports_demonstrations = False
 
     def __init__(self) -> None:
         self._identity: str | None = None
@@ -110,14 +119,20 @@ class _RemoteBackend:
                                        f"{PROMPT_FORMAT_VERSION!r}")
         return self._identity
 
-    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False) -> ItemScores:
+    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
+              demonstrations: tuple[Demonstration, ...] = ()) -> ItemScores:
         if hidden:
             raise LlamaDecideError(f"{self.description} does not expose hidden states; fit heads with the local backend")
+        if demonstrations:
+            raise LlamaDecideError(f"{self.description} takes no demonstrations; fit k-shot with the local backend")
         return _logprobs_from_answer(self._post(self._body(text, question, rotations))["answers"][0], question)
 
-    def content_free(self, question: Question, *, rotations: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
+    def content_free(self, question: Question, *, rotations: int = 1,
+                     demonstrations: tuple[Demonstration, ...] = ()) -> tuple[np.ndarray, np.ndarray | None]:
         """The endpoint's answers on content-free inputs (normalised log-probabilities: the prior is
         the same whether or not they were normalised)."""
+        if demonstrations:
+            raise LlamaDecideError(f"{self.description} takes no demonstrations; fit k-shot with the local backend")
         rows = [self.score(text, question, rotations=rotations).logprobs for text in CONTENT_FREE_INPUTS]
         return np.asarray(rows), None
 

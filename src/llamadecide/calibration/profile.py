@@ -30,6 +30,16 @@ class HeadParams(BaseModel):
                    intercept=head.intercept.tolist(), C=head.C)
 
 
+class DemonstrationParams(BaseModel):
+    """A labelled example shown before every question (k-shot): its input text and the index of its
+    answer in the task's option order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str
+    option: int
+
+
 class CalibrationProfile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -47,6 +57,7 @@ class CalibrationProfile(BaseModel):
     prior_correction: bool = False
     rotations: int = 1
     head: Optional[HeadParams] = None
+    demonstrations: Optional[list[DemonstrationParams]] = None  # k-shot: shown before every question
     threshold: Optional[float] = None  # act automatically when confidence >= threshold; None: always escalate
     target_precision: float
     confidence_level: float
@@ -60,7 +71,19 @@ class CalibrationProfile(BaseModel):
             raise ValueError("a profile has head parameters exactly when its calibrator is 'head'")
         if self.head is not None and len(self.head.weights) != len(self.task["options"]):
             raise ValueError("the head has one row per option")
+        for demonstration in self.demonstrations or ():
+            if not 0 <= demonstration.option < len(self.task["options"]):
+                raise ValueError(f"a demonstration answers option {demonstration.option}; the task has "
+                                 f"{len(self.task['options'])} options")
         return self
+
+    @property
+    def method_label(self) -> str:
+        """The method as served: e.g. 'prior-corrected', '4-shot' or '4-shot, prior-corrected'."""
+        shots = len(self.demonstrations or ())
+        if not shots:
+            return self.method
+        return f"{shots}-shot" if self.method == "zero-shot" else f"{shots}-shot, {self.method}"
 
     def scoring(self):
         """The decisions library's Scoring for this profile (built once)."""
@@ -68,12 +91,13 @@ class CalibrationProfile(BaseModel):
             import numpy as np
 
             from llamadecide.decisions import Scoring
-            from llamadecide.decisions.service import Head
+            from llamadecide.decisions.service import Demonstration, Head
 
             head = Head(np.asarray(self.head.weights), np.asarray(self.head.intercept)) if self.head else None
             self._scoring = Scoring(temperature=self.temperature, length_normalize=self.length_normalize,
                                     bias=tuple(self.bias) if self.bias else None, prior_correction=self.prior_correction,
-                                    rotations=self.rotations, head=head)
+                                    rotations=self.rotations, head=head,
+                                    demonstrations=tuple(Demonstration(d.input, d.option) for d in self.demonstrations or ()))
         return self._scoring
 
     def save(self, path: Path) -> None:

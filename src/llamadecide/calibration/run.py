@@ -4,6 +4,7 @@ the calibration part, measure both parts, pick the threshold, write plots, repor
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +19,12 @@ from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.fitting import (Calibrator, Candidate, HeadCalibrator, candidates, content_free_prior_for,
                                              cross_validated, fit_candidate, splitter)
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
-from llamadecide.calibration.profile import CalibrationProfile, HeadParams
+from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, HeadParams
 from llamadecide.calibration.report import write_html
 from llamadecide.calibration.thresholds import conformal_quantile, conformal_report, evaluate_threshold, select_threshold
 from llamadecide.decisions.maths import confidence
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
+from llamadecide.decisions.service import Demonstration
 from llamadecide.errors import InvalidRequestError
 
 
@@ -40,6 +42,7 @@ class RunConfig:
     prior_correction: bool = True  # also try content-free prior correction
     head: bool = True  # also try a head on the hidden state (local backend)
     only_mode: str | None = None  # score in this mode instead of the task's default
+    shots: int = 0  # also score with this many labelled demonstrations before each item (local backend)
     bins: int = 15
     bootstrap_rounds: int = 200
     profile_name: str | None = None
@@ -63,10 +66,12 @@ class Variant:
 
     mode: str
     rotations: int = 1
+    shots: int = 0  # demonstrations from the labelled part put before each item
 
     @property
     def label(self) -> str:
-        return f"{self.mode} mode" + (f", {self.rotations} rotations" if self.rotations > 1 else "")
+        return (f"{self.mode} mode" + (f", {self.rotations} rotations" if self.rotations > 1 else "")
+                + (f", {self.shots}-shot" if self.shots else ""))
 
 
 @dataclass
@@ -75,50 +80,88 @@ class VariantScores:
     lengths: np.ndarray | None  # token counts (local backend)
     hidden: np.ndarray | None  # items x hidden size, at the answer position (local backend)
     content_free: tuple[np.ndarray, np.ndarray | None] | None  # rows on content-free inputs, their lengths
+    demonstrations: tuple[Demonstration, ...] = ()  # shown before every item (k-shot variants)
 
 
-def _cache_mode(variant: Variant, hidden: bool) -> str:
+def _cache_mode(variant: Variant, hidden: bool, demonstrations: tuple[Demonstration, ...] = ()) -> str:
     mode = variant.mode if variant.rotations == 1 else f"{variant.mode}|rotations={variant.rotations}"
+    if demonstrations:
+        shown = json.dumps([[d.input, d.option] for d in demonstrations])
+        mode += f"|demonstrations={hashlib.sha256(shown.encode()).hexdigest()[:16]}"
     return mode + ("|hidden" if hidden else "")
 
 
-def variants_for(task: Task, config: "RunConfig") -> list[Variant]:
-    """The default mode first; the other mode with --compare-modes; labels mode with rotations."""
+def variants_for(task: Task, config: "RunConfig", *, demonstrations: bool = True) -> list[Variant]:
+    """The default mode first; the other mode with --compare-modes; labels mode with rotations;
+    the default mode with demonstrations (k-shot) where the backend can show them."""
     default_mode = config.only_mode or task.question().mode
     modes = [default_mode] + ([m for m in ("text", "labels") if m != default_mode] if config.compare_modes else [])
     found = [Variant(m) for m in modes]
     if config.rotations > 1 and task.type != "score" and "labels" in modes:
         found.append(Variant("labels", min(config.rotations, len(task.options))))
+    if config.shots > 0 and demonstrations:
+        found.append(Variant(default_mode, shots=config.shots))
     return found
 
 
+def choose_demonstrations(items: list[LabelledItem], y: np.ndarray, pool: np.ndarray, shots: int,
+                          seed: int = 0) -> list[int]:
+    """`shots` labelled items to show before every question: the classes taken in turn (a seeded
+    order), each time a random item of that class, from its shorter half while it lasts (a short
+    prefix keeps the prompt cheap), so the answers shown are balanced and interleaved."""
+    rng = np.random.default_rng(seed)
+    by_class: dict[int, list[int]] = {}
+    for i in pool:
+        by_class.setdefault(int(y[i]), []).append(int(i))
+    for c, members in by_class.items():
+        members.sort(key=lambda i: (len(items[i].text), i))
+        half = (len(members) + 1) // 2
+        by_class[c] = list(rng.permutation(members[:half])) + list(rng.permutation(members[half:]))
+    classes = list(rng.permutation(sorted(by_class)))
+    chosen: list[int] = []
+    while len(chosen) < shots and any(by_class.values()):
+        for c in classes:
+            if by_class[c] and len(chosen) < shots:
+                chosen.append(int(by_class[c].pop(0)))
+    return chosen
+
+
 def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, config: "RunConfig",
-                   cache: ScoreCache) -> dict[Variant, VariantScores]:
+                   cache: ScoreCache, *, pool: np.ndarray | None = None) -> dict[Variant, VariantScores]:
     """Every variant's scores for the used items (rows of the unused items stay zero). Item by item,
     all variants in a row, so each variant reuses the state the previous one left in the cache;
-    hidden states are read once per mode, right after that mode's scoring (one token's work)."""
-    variants = variants_for(task, config)
+    hidden states are read once per prompt (mode and demonstrations), right after that prompt's
+    scoring (one token's work). k-shot demonstrations come from `pool` (the labelled part); an item
+    that is itself a demonstration is scored with the others only."""
+    variants = variants_for(task, config, demonstrations=backend.supports_demonstrations and pool is not None)
     want_hidden = config.head and backend.supports_hidden
     hidden_variant: dict[Variant, bool] = {}
     for variant in variants:
-        hidden_variant[variant] = want_hidden and not any(hidden_variant.get(v) for v in hidden_variant if v.mode == variant.mode)
+        hidden_variant[variant] = want_hidden and not any(
+            hidden_variant.get(v) for v in hidden_variant if (v.mode, v.shots) == (variant.mode, variant.shots))
+    shown: dict[Variant, list[int]] = {}
+    if any(v.shots for v in variants):
+        y = np.array([task.gold_index(item.label) for item in items])
+        shown = {v: choose_demonstrations(items, y, pool, v.shots, config.seed) for v in variants if v.shots}
+    demonstrations = {v: tuple(Demonstration(items[i].text, int(y[i])) for i in shown.get(v, ())) for v in variants}
     questions = {v: task.question(v.mode) for v in variants}
     identity = backend.identity()
     k = len(task.options)
     L = {v: np.zeros((len(items), k)) for v in variants}
     lengths: dict[Variant, np.ndarray | None] = {v: np.ones((len(items), k)) for v in variants}
-    hidden: dict[str, np.ndarray] = {}
+    hidden: dict[tuple[str, int], np.ndarray] = {}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=not config.show_progress) as progress:
         bar = progress.add_task("scoring (" + "; ".join(v.label for v in variants) + ")", total=len(used))
         for n, i in enumerate(used):
             for variant in variants:
-                key = cache.key(identity, PROMPT_FORMAT_VERSION, _cache_mode(variant, hidden_variant[variant]),
+                own = tuple(d for j, d in zip(shown.get(variant, ()), demonstrations[variant]) if j != i)
+                key = cache.key(identity, PROMPT_FORMAT_VERSION, _cache_mode(variant, hidden_variant[variant], own),
                                 task.fingerprint(), items[i].text)
                 scores = cache.get(key)
                 if scores is None:
                     scores = backend.score(items[i].text, questions[variant], rotations=variant.rotations,
-                                           hidden=hidden_variant[variant])
+                                           hidden=hidden_variant[variant], demonstrations=own)
                     cache.put(key, scores)
                 L[variant][i] = scores.logprobs
                 if scores.n_tokens is None:
@@ -126,16 +169,18 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
                 elif lengths[variant] is not None:
                     lengths[variant][i] = scores.n_tokens
                 if scores.hidden is not None:
-                    hidden.setdefault(variant.mode, np.zeros((len(items), len(scores.hidden))))[i] = scores.hidden
+                    hidden.setdefault((variant.mode, variant.shots), np.zeros((len(items), len(scores.hidden))))[i] = scores.hidden
             if n % 20 == 0:
                 cache.commit()
             progress.advance(bar)
     cache.commit()
     scored: dict[Variant, VariantScores] = {}
     for variant in variants:
-        content_free = (backend.content_free(questions[variant], rotations=variant.rotations)
+        content_free = (backend.content_free(questions[variant], rotations=variant.rotations,
+                                             demonstrations=demonstrations[variant])
                         if config.prior_correction else None)
-        scored[variant] = VariantScores(L[variant], lengths[variant], hidden.get(variant.mode), content_free)
+        scored[variant] = VariantScores(L[variant], lengths[variant], hidden.get((variant.mode, variant.shots)), content_free,
+                                        demonstrations[variant])
     return scored
 
 
@@ -147,7 +192,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     used = np.concatenate([cal_idx, test_idx])
     cache = ScoreCache(out / "cache.sqlite")
     try:
-        scored = score_variants(backend, task, items, used, config, cache)
+        scored = score_variants(backend, task, items, used, config, cache, pool=cal_idx)
     finally:
         cache.close()
     y_cal, y_test = y_all[cal_idx], y_all[test_idx]
@@ -209,6 +254,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         task=summary["task"], mode=variant.mode, calibrator=chosen.kind, length_normalize=chosen.length_normalize,
         temperature=getattr(chosen, "temperature", 1.0), bias=list(chosen.bias) if getattr(chosen, "bias", None) else None,
         method=candidate.method, prior_correction=candidate.prior_correction, rotations=variant.rotations,
+        demonstrations=[DemonstrationParams(input=d.input, option=d.option) for d in data.demonstrations] or None,
         head=HeadParams.from_calibrator(chosen) if isinstance(chosen, HeadCalibrator) else None,
         threshold=threshold.threshold if threshold else None, target_precision=config.target_precision,
         confidence_level=config.confidence_level, dataset_fingerprint=config.dataset_fingerprint,
@@ -239,7 +285,8 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
             cv = cross_validated(data.L[cal_idx], lengths, y_cal, candidate, prior=prior, hidden=hidden, seed=seed)
             label = f"{variant.label}, {candidate.label}"
             fitted[label] = (variant, candidate)
-            results.append({"mode": variant.mode, "rotations": variant.rotations, "method": candidate.method,
+            results.append({"mode": variant.mode, "rotations": variant.rotations, "shots": variant.shots,
+                            "method": candidate.method,
                             "kind": candidate.kind, "length_normalize": candidate.length_normalize,
                             "prior_correction": candidate.prior_correction, "label": label,
                             "cv_nll": cv["nll"], "cv_accuracy": cv["accuracy"]})

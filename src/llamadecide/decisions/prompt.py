@@ -4,12 +4,17 @@ PROMPT_FORMAT_VERSION, since calibration profiles are bound to it.
 Layout (llamadecide-1): a fixed system instruction; one user turn holding the state first and
 the question after it; the assistant turn opened by the model's chat template. The state comes
 first so that several questions about one state share its evaluated KV prefix.
+
+Demonstrations (k-shot, chosen by calibration from labelled items) are earlier exchanges in the
+same layout, each a user turn with its input and the question and an assistant turn with its
+answer, placed after the system instruction: every item asked with the same demonstrations shares
+their evaluated KV prefix. Without demonstrations the prompt is unchanged.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from llamadecide.decisions.questions import Question
 from llamadecide.errors import InvalidRequestError
@@ -57,6 +62,14 @@ def question_block(question: Question) -> str:
     return "\n".join(lines)
 
 
-def build_messages(state_text: str, question: Question) -> list[dict[str, str]]:
-    user = f"Input:\n{state_text}\n\n{question_block(question)}"
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+def build_messages(state_text: str, question: Question,
+                   demonstrations: Sequence[tuple[str, str]] = ()) -> list[dict[str, str]]:
+    """The chat for one question about one state; `demonstrations` are (input text, answer text)
+    exchanges shown before it."""
+    block = question_block(question)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for text, answer in demonstrations:
+        messages.append({"role": "user", "content": f"Input:\n{text}\n\n{block}"})
+        messages.append({"role": "assistant", "content": answer})
+    messages.append({"role": "user", "content": f"Input:\n{state_text}\n\n{block}"})
+    return messages

@@ -45,6 +45,15 @@ class Head:
 
 
 @dataclass(frozen=True)
+class Demonstration:
+    """A labelled example shown to the model before the question (k-shot): an input and the index
+    of its option in the question's own option order."""
+
+    input: str
+    option: int
+
+
+@dataclass(frozen=True)
 class Scoring:
     """How a question is scored and its log-likelihoods become probabilities. Calibration fits
     these per task.
@@ -53,7 +62,8 @@ class Scoring:
     (evenly spaced shifts), every rotation sharing the state's evaluated prefix in the same batch,
     and averages each option's log-likelihood over them: position bias cancels out.
     prior_correction divides out the model's answer distribution on content-free inputs.
-    A head replaces the softmax by a fitted classifier over the log-likelihoods and hidden state."""
+    A head replaces the softmax by a fitted classifier over the log-likelihoods and hidden state.
+    demonstrations are answered examples put before the question (see `prompt.build_messages`)."""
 
     temperature: float = 1.0
     length_normalize: bool = False
@@ -61,6 +71,7 @@ class Scoring:
     prior_correction: bool = False
     rotations: int = 1
     head: Head | None = None
+    demonstrations: tuple[Demonstration, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,8 +153,8 @@ class Decider:
         self._priors: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._prior_cache_size = prior_cache_size
 
-    def _tokenize(self, state_text: str, question: Question) -> _Scored:
-        prompt_text = self.engine.render_chat(build_messages(state_text, question))
+    def _tokenize(self, state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]] = ()) -> _Scored:
+        prompt_text = self.engine.render_chat(build_messages(state_text, question, demonstrations))
         prompt_tokens = self.engine.tokenize_prompt(prompt_text)
         sequences: list[list[int]] = []
         boundaries: list[int] = []
@@ -169,7 +180,8 @@ class Decider:
         """Per question, every option of every rotation in one batched evaluation, and each option's
         log-likelihood averaged over its rotations, in the question's own option order."""
         per_question: list[list[tuple[int, _Scored]]] = [
-            [(shift, self._tokenize(state_text, rotate(question, shift))) for shift in rotation_shifts(question, rule.rotations)]
+            [(shift, self._tokenize(state_text, rotate(question, shift), _shown(question, rule.demonstrations, shift)))
+             for shift in rotation_shifts(question, rule.rotations)]
             for question, rule in zip(questions, rules)]
         combined: list[_Combined] = []
         # One engine call per question. The state is still evaluated once: each call keeps the
@@ -228,32 +240,37 @@ class Decider:
             answers.append(_answer(question, item.logprobs, item.lengths, rule, prior=prior, hidden=hidden))
         return Decision(answers, distinct, shared, time.perf_counter() - began, {"cached_tokens": cached})
 
-    def scores(self, state: Any, question: Question, *, rotations: int = 1, hidden: bool = False) -> tuple[list[float], list[int], np.ndarray | None]:
+    def scores(self, state: Any, question: Question, *, rotations: int = 1, hidden: bool = False,
+               demonstrations: Sequence[Demonstration] = ()) -> tuple[list[float], list[int], np.ndarray | None]:
         """Raw material for calibration: the option log-likelihoods (averaged over rotations),
         token counts, and optionally the hidden state at the answer position."""
-        combined, _, _ = self._score(render_state(state), [question], [Scoring(rotations=rotations)])
+        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations))
+        combined, _, _ = self._score(render_state(state), [question], [rule])
         item = combined[0]
         return item.logprobs, item.lengths, (self.engine.hidden_state(item.prompt_tokens) if hidden else None)
 
-    def content_free_scores(self, question: Question, *, rotations: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    def content_free_scores(self, question: Question, *, rotations: int = 1,
+                            demonstrations: Sequence[Demonstration] = ()) -> tuple[np.ndarray, np.ndarray]:
         """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
-        that carry no content."""
+        that carry no content (after the same demonstrations, if any)."""
+        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations))
         rows, lengths = [], []
         for text in maths.CONTENT_FREE_INPUTS:
-            combined, _, _ = self._score(text, [question], [Scoring(rotations=rotations)])
+            combined, _, _ = self._score(text, [question], [rule])
             rows.append(combined[0].logprobs)
             lengths.append(combined[0].lengths)
         return np.asarray(rows), np.asarray(lengths, dtype=np.float64)
 
     def prior(self, question: Question, rule: Scoring) -> np.ndarray:
         """The question's content-free log prior over its options (cached per question, options,
-        mode, rotations and normalisation)."""
-        key = (question.type, question.instructions, question.options, question.mode, rule.rotations, rule.length_normalize)
+        mode, rotations, demonstrations and normalisation)."""
+        key = (question.type, question.instructions, question.options, question.mode, rule.rotations,
+               rule.demonstrations, rule.length_normalize)
         cached = self._priors.get(key)
         if cached is not None:
             self._priors.move_to_end(key)
             return cached
-        rows, lengths = self.content_free_scores(question, rotations=rule.rotations)
+        rows, lengths = self.content_free_scores(question, rotations=rule.rotations, demonstrations=rule.demonstrations)
         prior = maths.content_free_prior(rows, lengths if rule.length_normalize else None)
         self._priors[key] = prior
         while len(self._priors) > self._prior_cache_size:
@@ -263,14 +280,32 @@ class Decider:
     def decide_naive(self, state: Any, question: Question, *, scoring: Scoring | None = None) -> Answer:
         """Reference path: one full evaluation from scratch per option. Slow; for checks and the
         benchmark baseline."""
-        item = self._tokenize(render_state(state), question)
+        rule = scoring or Scoring()
+        item = self._tokenize(render_state(state), question, _shown(question, rule.demonstrations, 0))
         totals = [float(self.engine.score_naive(s, b).sum()) for s, b in zip(item.sequences, item.boundaries)]
-        return _answer(question, totals, item.answer_lengths, scoring or Scoring())
+        return _answer(question, totals, item.answer_lengths, rule)
 
 
 def _canonical_key(question: Question, rule: Scoring) -> str:
     options = [[type(o.value).__name__, str(o.value), o.text, o.description or ""] for o in question.options]
-    return json.dumps([question.type, question.mode, question.instructions, options, rule.rotations])
+    shown = [[d.input, d.option] for d in rule.demonstrations]
+    return json.dumps([question.type, question.mode, question.instructions, options, rule.rotations, shown])
+
+
+def _shown(question: Question, demonstrations: Sequence[Demonstration], shift: int) -> list[tuple[str, str]]:
+    """The demonstrations as (input, answer text) for the question rotated by `shift`: an option's
+    answer text in labels mode is its position's label, so it moves with the rotation."""
+    k = len(question.options)
+    answers = rotate(question, shift).answer_texts()
+    shown = []
+    for demonstration in demonstrations:
+        if not 0 <= demonstration.option < k:
+            raise InvalidRequestError(f"a demonstration answers option {demonstration.option}; the question has {k} options",
+                                      param="demonstrations")
+        if not demonstration.input.strip():
+            raise InvalidRequestError("a demonstration's input is empty", param="demonstrations")
+        shown.append((demonstration.input, answers[(demonstration.option - shift) % k]))
+    return shown
 
 
 def rotation_shifts(question: Question, rotations: int) -> list[int]:

@@ -220,7 +220,7 @@ class DecisionServing:
                                   "calibrated": profile is not None}
         if profile is not None:
             fields["profile"] = profile.name
-            fields["method"] = profile.method
+            fields["method"] = profile.method_label
         threshold = ext.threshold if ext and ext.threshold is not None else (profile.threshold if profile is not None else None)
         if threshold is not None:
             fields["action"] = "auto" if answer.confidence >= threshold else "escalate"
