@@ -3,7 +3,7 @@ import pytest
 from sklearn.metrics import brier_score_loss, log_loss
 
 from llamadecide.calibration import metrics
-from llamadecide.calibration.fitting import Calibrator, candidates, cross_validated_nll, fit
+from llamadecide.calibration.fitting import Calibrator, candidates, cross_validated, fit
 
 P = np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.2, 0.8]])
 Y = np.array([0, 1, 1, 0])
@@ -81,7 +81,7 @@ def test_length_normalisation_needs_lengths_and_cv_prefers_the_truth():
     L, y = _synthetic_overconfident(1500)
     with pytest.raises(ValueError):
         fit(L, None, y, kind="temperature", length_normalize=True)
-    cv = {c.label: cross_validated_nll(L, None, y, c) for c in candidates(False)}
+    cv = {c.label: cross_validated(L, None, y, c)["nll"] for c in candidates(False)}
     assert cv["temperature"] < cv["none"]
 
 

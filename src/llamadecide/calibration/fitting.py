@@ -196,7 +196,3 @@ def splitter(L: np.ndarray, y: np.ndarray, folds: int, seed: int):
         return StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(L, y)
     return KFold(n_splits=folds, shuffle=True, random_state=seed).split(L, y)
 
-
-def cross_validated_nll(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, candidate: Candidate, *,
-                        folds: int = 5, seed: int = 0) -> float:
-    return cross_validated(L, lengths, y, candidate, folds=folds, seed=seed)["nll"]

@@ -136,9 +136,11 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
     variants = variants_for(task, config, demonstrations=backend.supports_demonstrations and pool is not None)
     want_hidden = config.head and backend.supports_hidden
     hidden_variant: dict[Variant, bool] = {}
+    prompts_with_hidden: set[tuple[str, int]] = set()
     for variant in variants:
-        hidden_variant[variant] = want_hidden and not any(
-            hidden_variant.get(v) for v in hidden_variant if (v.mode, v.shots) == (variant.mode, variant.shots))
+        hidden_variant[variant] = want_hidden and (variant.mode, variant.shots) not in prompts_with_hidden
+        if hidden_variant[variant]:
+            prompts_with_hidden.add((variant.mode, variant.shots))
     shown: dict[Variant, list[int]] = {}
     if any(v.shots for v in variants):
         y = np.array([task.gold_index(item.label) for item in items])
