@@ -94,3 +94,42 @@ def test_a_file_that_is_not_gguf_is_a_typed_error(tmp_path):
     bogus.write_bytes(b"not a model")
     with pytest.raises(ModelLoadError):
         Engine(EngineConfig(model_path=bogus))
+
+
+def _scores(engine, prompt, answers):
+    return [list(v) for v in engine.score_continuations(prompt, answers)]
+
+
+def test_a_pinned_prefix_survives_other_prompts_and_changes_no_number(engine):
+    shared = chat(engine, "Here are some examples. " * 20)[:-4]
+    first = shared + chat(engine, "Is the sky blue?")[1:]
+    second = shared + chat(engine, "Is grass red?")[1:]
+    answers = [engine.tokenize(" yes", special=False), engine.tokenize(" no", special=False)]
+    engine.clear_cache()
+    assert engine.pin_prefix(shared)
+    expected = _scores(engine, second, answers)
+    engine.clear_cache()
+    assert engine.pin_prefix(shared) and engine.pin_prefix(shared)  # pinning again is free
+    _scores(engine, first, answers)
+    _scores(engine, chat(engine, "Something else entirely."), answers)  # sequence 0 moves away
+    assert _scores(engine, second, answers) == expected  # bit-identical: same KV, taken from the pin
+    assert engine.last_reused_tokens == len(shared)
+    engine.clear_cache()
+
+
+def test_pins_are_bounded_and_give_way_to_a_prompt_that_needs_the_room():
+    from conftest import bundled_model_path
+
+    small = Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=512, pinned_prefixes=2))
+    try:
+        prefixes = [chat(small, f"Example {i}. " * 10) for i in range(3)]
+        for prefix in prefixes:
+            assert small.pin_prefix(prefix)
+        assert [list(p) for p in small._pins] == prefixes[1:]  # the least recently used gave way
+        assert not small.pin_prefix(chat(small, "long " * 300))  # more than half the context: not pinned
+        long_prompt = chat(small, "word " * 380)
+        assert len(long_prompt) + sum(len(p) for p in prefixes[1:]) > small.n_ctx
+        small.score_continuations(long_prompt, [small.tokenize(" yes", special=False)])
+        assert not small._pins  # released to make room, and the call succeeded
+    finally:
+        small.close()

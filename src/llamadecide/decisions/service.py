@@ -187,7 +187,9 @@ class Decider:
         # One engine call per question. The state is still evaluated once: each call keeps the
         # cached prefix it shares with the previous one. Scoring each question in a layout of its
         # own makes its answer exactly the same whether it is asked alone or beside other questions.
-        for question, variants in zip(questions, per_question):
+        for question, rule, variants in zip(questions, rules, per_question):
+            if rule.demonstrations:
+                self._pin_demonstrations(state_text, question, rule, variants[0][1].prompt_tokens)
             group = [s for _, item in variants for s in item.sequences]
             local = min(_common_prefix(group), min(b for _, item in variants for b in item.boundaries),
                         min(len(s) for s in group) - 1)
@@ -208,6 +210,16 @@ class Decider:
                      min(b for variants in per_question for _, item in variants for b in item.boundaries),
                      min(len(s) for s in all_sequences) - 1)
         return combined, shared + _distinct_prefixes([s[shared:] for s in all_sequences]), shared
+
+    def _pin_demonstrations(self, state_text: str, question: Question, rule: Scoring, prompt_tokens: list[int]) -> None:
+        """Ask the engine to keep the demonstrations' prefix evaluated, so items asked with them
+        share it even when other prompts run in between."""
+        pin = getattr(self.engine, "pin_prefix", None)
+        if pin is None:
+            return
+        exchanges = build_messages(state_text, question, _shown(question, rule.demonstrations, 0))[:-1]
+        text = self.engine.render_chat(exchanges, add_generation_prompt=False)
+        pin(prompt_tokens[:_common_prefix([self.engine.tokenize_prompt(text), prompt_tokens])])
 
     def decide(
         self,

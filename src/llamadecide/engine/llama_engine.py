@@ -1,7 +1,9 @@
 """The llama.cpp engine: the only module that drives `llama_cpp`.
 
 One llama context with a unified KV cache and many sequences. Sequence 0 holds the most recent
-prompt prefix, reused across calls by longest common token prefix. Option continuations are
+prompt prefix, reused across calls by longest common token prefix; the highest sequences hold
+pinned prefixes (k-shot demonstrations) that a prompt starting with them copies from (on a unified
+cache a copy only tags cells), whatever ran in between. Option continuations are
 evaluated together as a token trie: each node is one batch row whose sequence ids are the
 continuations passing through it, so a shared prefix is evaluated once and every continuation
 sees exactly its own path (llama.cpp masks attention per sequence).
@@ -14,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -53,6 +56,9 @@ class EngineConfig:
     n_threads_batch: int | None = None
     n_gpu_layers: int = 0  # 0: CPU only; -1: every layer on the GPU
     n_seq_max: int = 0  # 0: as many KV sequences as llama.cpp allows
+    # KV sequences kept aside to hold pinned prompt prefixes (k-shot demonstrations) across calls
+    # that evaluate other prompts in between; each one fewer option scored in a single group.
+    pinned_prefixes: int = 2
     seed: int = 0
     flash_attn: bool = False
     use_mmap: bool = True
@@ -153,6 +159,10 @@ class Engine:
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
         self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
         self._cached: list[int] = []  # tokens held by sequence 0
+        # Pinned prefixes: token tuple -> the KV sequence holding it (least recently used first).
+        self._pins: OrderedDict[tuple[int, ...], int] = OrderedDict()
+        self._pin_sequences = list(range(self.n_seq_max - 1, self.n_seq_max - 1 - max(0, min(config.pinned_prefixes,
+                                                                                                self.n_seq_max - 2)), -1))
         self.last_reused_tokens = 0  # prompt tokens the last scoring call took from the cache
 
         self.metadata = self._model.metadata()
@@ -270,10 +280,58 @@ class Engine:
     def _reset_cache(self) -> None:
         llama_cpp.llama_memory_clear(self._memory, True)
         self._cached = []
+        self._pins.clear()
+
+    @property
+    def _pinned_cells(self) -> int:
+        return sum(len(tokens) for tokens in self._pins)
+
+    def _release_pins(self) -> None:
+        for sequence in self._pins.values():
+            llama_cpp.llama_memory_seq_rm(self._memory, sequence, -1, -1)
+        self._pins.clear()
+
+    def _make_room(self, n_tokens: int) -> None:
+        """Pinned prefixes give way to a prompt that would not fit beside them."""
+        if self._pins and n_tokens + self._pinned_cells > self.n_ctx:
+            self._release_pins()
+
+    def pin_prefix(self, tokens: Sequence[int]) -> bool:
+        """Keep `tokens` evaluated in a sequence of its own, so a later prompt that starts with them
+        takes their KV from there even after other prompts ran in between (k-shot demonstrations
+        shared by every item). The least recently used pin gives way when the slots are full.
+        Returns whether the prefix is pinned."""
+        key = tuple(tokens)
+        with self._lock:
+            if key in self._pins:
+                self._pins.move_to_end(key)
+                return True
+            if not self._pin_sequences or not key or 2 * (len(key) + self._pinned_cells) > self.n_ctx:
+                return False
+            if len(self._pins) == len(self._pin_sequences):
+                _, sequence = self._pins.popitem(last=False)
+                llama_cpp.llama_memory_seq_rm(self._memory, sequence, -1, -1)
+            sequence = next(s for s in self._pin_sequences if s not in self._pins.values())
+            # Evaluated from position 0 in its own sequence, whatever part of it sequence 0 holds:
+            # the same batches every time it is pinned (the KV cells it lands in still depend on
+            # what the cache holds, which moves numbers by llama.cpp's layout noise).
+            for start in range(0, len(key), self.n_batch):
+                chunk = key[start : start + self.n_batch]
+                self._decode(chunk, range(start, start + len(chunk)), [(sequence,)] * len(chunk), [False] * len(chunk))
+            self._pins[key] = sequence
+            return True
 
     def _prepare_prefix(self, tokens: Sequence[int]) -> int:
-        """Make sequence 0 hold exactly `tokens`; returns how many were reused from the cache."""
+        """Make sequence 0 hold exactly `tokens`; returns how many were reused from the cache
+        (sequence 0's own tokens, or a pinned prefix's, whichever covers more)."""
         reuse = common_prefix_length(self._cached, tokens)
+        pinned, pinned_sequence = max(((common_prefix_length(pin, tokens), s) for pin, s in self._pins.items()),
+                                      default=(0, -1))
+        if pinned > reuse:
+            llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+            llama_cpp.llama_memory_seq_cp(self._memory, pinned_sequence, 0, 0, pinned)
+            self._cached = list(tokens[:pinned])
+            reuse = pinned
         if reuse < len(self._cached):
             if not llama_cpp.llama_memory_seq_rm(self._memory, 0, reuse, -1):
                 self._reset_cache()
@@ -307,9 +365,11 @@ class Engine:
         longest = max(len(c) for c in continuations)
         self._check_fits(len(prefix) + longest, "the prompt with its longest answer")
         with self._lock:
+            self._make_room(len(prefix) + longest)
             self.last_reused_tokens = self._prepare_prefix(prefix[:-1])
-            budget = self.n_ctx - (len(prefix) - 1)
-            groups = plan_groups(continuations, max_members=self.n_seq_max - 1, max_nodes=budget)
+            budget = self.n_ctx - (len(prefix) - 1) - self._pinned_cells
+            groups = plan_groups(continuations, max_members=self.n_seq_max - 1 - len(self._pin_sequences),
+                                 max_nodes=budget)
             results: list[np.ndarray] = [np.empty(0)] * len(continuations)
             for group in groups:
                 scored = self._score_group(prefix, [continuations[i] for i in group])
@@ -354,6 +414,7 @@ class Engine:
             raise InvalidRequestError("the prompt is empty")
         self._check_fits(len(prompt), "the prompt")
         with self._lock:
+            self._make_room(len(prompt))
             self._prepare_prefix(prompt[:-1])
             llama_cpp.llama_set_embeddings(self._ctx.ctx, True)
             try:
@@ -422,6 +483,7 @@ class Engine:
 
     def _generate(self, prompt: list[int], params: SamplingParams) -> Iterator[TokenEvent | GenerationResult]:
         with self._lock:
+            self._make_room(len(prompt) + params.max_tokens)
             reused = self._prepare_prefix(prompt[:-1])
             self._decode(prompt[-1:], [len(prompt) - 1], [(0,)], [True])
             self._cached.append(prompt[-1])
