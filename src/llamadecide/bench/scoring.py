@@ -86,11 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="GGUF path or bundled model name (default: the default bundled model)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--n-gpu-layers", type=int, default=None)
+    parser.add_argument("--flash-attn", action="store_true", help="use flash attention")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--options", type=int, nargs="+", default=[2, 5, 20])
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     args = parser.parse_args(argv)
-    overrides = {"model": args.model, "n_threads": args.threads, "n_gpu_layers": args.n_gpu_layers}
+    overrides = {"model": args.model, "n_threads": args.threads, "n_gpu_layers": args.n_gpu_layers,
+                 "flash_attn": args.flash_attn or None}
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     engine = Engine(settings.engine_config())
     rows = [measure(engine, k, args.repeats) for k in args.options]
@@ -98,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             print(json.dumps(row))
     else:
-        table = Table(title=f"scoring: {engine.model_name}, {engine.n_threads} threads, n_gpu_layers={engine.n_gpu_layers}")
+        table = Table(title=f"scoring: {engine.model_name}, {engine.n_threads} threads, n_gpu_layers={engine.n_gpu_layers}"
+                                f"{', flash attention' if engine.config.flash_attn else ''}")
         for column in ("K", "prompt tok", "answer tok", "prompt-only ms", "decision ms", "ratio", "naive ms", "vs naive"):
             table.add_column(column, justify="right")
         for r in rows:
