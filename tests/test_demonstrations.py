@@ -8,7 +8,7 @@ import pytest
 
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams
-from llamadecide.calibration.run import RunConfig, choose_demonstrations, score_variants
+from llamadecide.calibration.run import RunConfig, calibrate, choose_demonstrations, score_variants
 from llamadecide.calibration.backends import ItemScores
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.decisions import Decider, Scoring, choice, predicate
@@ -190,3 +190,14 @@ def test_a_served_k_shot_profile_answers_as_the_library_does(engine, tmp_path):
         answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120).json()["answers"][0]
     assert answer["method"] == "2-shot" and answer["calibrated"] is True
     assert answer["probability"] == pytest.approx(expected, abs=0.02)
+
+
+def test_asking_a_remote_backend_for_k_shot_is_an_error_not_a_silent_skip(tmp_path):
+    class Remote(RecordingBackend):
+        description = "endpoint http://example"
+        supports_demonstrations = False
+
+    task = Task("t", "predicate", "It holds.", [True, False], [None, None], {"1": True, "0": False})
+    items = [LabelledItem(id=str(i), text=f"item {i}", label=str(i % 2)) for i in range(12)]
+    with pytest.raises(InvalidRequestError, match="--shots needs the local backend: endpoint http://example"):
+        calibrate(Remote(), task, items, RunConfig(out_dir=tmp_path, shots=2, calibration_size=6, test_size=6))

@@ -187,6 +187,9 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
 
 
 def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: RunConfig) -> dict:
+    if config.shots and not backend.supports_demonstrations:
+        raise InvalidRequestError(f"--shots needs the local backend: {backend.description} cannot be shown "
+                                  "demonstrations", param="shots")
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     y_all = np.array([task.gold_index(item.label) for item in items])
