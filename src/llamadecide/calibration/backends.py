@@ -131,9 +131,8 @@ class _RemoteBackend:
                      demonstrations: tuple[Demonstration, ...] = ()) -> tuple[np.ndarray, np.ndarray | None]:
         """The endpoint's answers on content-free inputs (normalised log-probabilities: the prior is
         the same whether or not they were normalised)."""
-        if demonstrations:
-            raise LlamaDecideError(f"{self.description} takes no demonstrations; fit k-shot with the local backend")
-        rows = [self.score(text, question, rotations=rotations).logprobs for text in CONTENT_FREE_INPUTS]
+        rows = [self.score(text, question, rotations=rotations, demonstrations=demonstrations).logprobs
+                for text in CONTENT_FREE_INPUTS]
         return np.asarray(rows), None
 
 

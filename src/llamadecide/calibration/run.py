@@ -141,11 +141,13 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
         hidden_variant[variant] = want_hidden and (variant.mode, variant.shots) not in prompts_with_hidden
         if hidden_variant[variant]:
             prompts_with_hidden.add((variant.mode, variant.shots))
-    shown: dict[Variant, list[int]] = {}
+    shown: dict[Variant, list[int]] = {v: [] for v in variants}  # item indices of each variant's demonstrations
+    demonstrations: dict[Variant, tuple[Demonstration, ...]] = {v: () for v in variants}
     if any(v.shots for v in variants):
         y = np.array([task.gold_index(item.label) for item in items])
-        shown = {v: choose_demonstrations(items, y, pool, v.shots, config.seed) for v in variants if v.shots}
-    demonstrations = {v: tuple(Demonstration(items[i].text, int(y[i])) for i in shown.get(v, ())) for v in variants}
+        for variant in (v for v in variants if v.shots):
+            shown[variant] = choose_demonstrations(items, y, pool, variant.shots, config.seed)
+            demonstrations[variant] = tuple(Demonstration(items[i].text, int(y[i])) for i in shown[variant])
     questions = {v: task.question(v.mode) for v in variants}
     identity = backend.identity()
     k = len(task.options)
@@ -157,7 +159,7 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
         bar = progress.add_task("scoring (" + "; ".join(v.label for v in variants) + ")", total=len(used))
         for n, i in enumerate(used):
             for variant in variants:
-                own = tuple(d for j, d in zip(shown.get(variant, ()), demonstrations[variant]) if j != i)
+                own = tuple(d for j, d in zip(shown[variant], demonstrations[variant]) if j != i)
                 key = cache.key(identity, PROMPT_FORMAT_VERSION, _cache_mode(variant, hidden_variant[variant], own),
                                 task.fingerprint(), items[i].text)
                 scores = cache.get(key)

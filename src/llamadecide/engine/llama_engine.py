@@ -315,9 +315,7 @@ class Engine:
             # Evaluated from position 0 in its own sequence, whatever part of it sequence 0 holds:
             # the same batches every time it is pinned (the KV cells it lands in still depend on
             # what the cache holds, which moves numbers by llama.cpp's layout noise).
-            for start in range(0, len(key), self.n_batch):
-                chunk = key[start : start + self.n_batch]
-                self._decode(chunk, range(start, start + len(chunk)), [(sequence,)] * len(chunk), [False] * len(chunk))
+            self._fill(key, 0, sequence)
             self._pins[key] = sequence
             return True
 
@@ -338,11 +336,15 @@ class Engine:
                 reuse = 0
             else:
                 del self._cached[reuse:]
-        for start in range(reuse, len(tokens), self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
-            self._decode(chunk, range(start, start + len(chunk)), [(0,)] * len(chunk), [False] * len(chunk))
-            self._cached.extend(chunk)
+        self._fill(tokens, reuse, 0)
+        self._cached.extend(tokens[reuse:])
         return reuse
+
+    def _fill(self, tokens: Sequence[int], start: int, sequence: int) -> None:
+        """Evaluate tokens[start:] into `sequence` at their own positions, in n_batch chunks, no logits."""
+        for begin in range(start, len(tokens), self.n_batch):
+            chunk = tokens[begin : begin + self.n_batch]
+            self._decode(chunk, range(begin, begin + len(chunk)), [(sequence,)] * len(chunk), [False] * len(chunk))
 
     def _check_fits(self, n_tokens: int, what: str) -> None:
         if n_tokens > self.n_ctx:
