@@ -18,6 +18,14 @@ from llamadecide.errors import InvalidRequestError
 
 from test_scoring_model import LAYOUT_NOISE
 
+@pytest.fixture(autouse=True)
+def no_pins_left_behind(request):
+    """Pins held by these tests would move later tests' numbers by llama.cpp's KV-layout noise."""
+    yield
+    if "engine" in request.fixturenames:
+        request.getfixturevalue("engine").clear_cache()
+
+
 REVIEW = "The plot drags, but the two leads are wonderful together and the ending is earned."
 SENTIMENT = choice("What is the sentiment of this movie review?", ["positive", "negative"])
 SHOWN = (Demonstration("A tedious, joyless slog.", 1), Demonstration("Funny, warm and beautifully shot.", 0))
