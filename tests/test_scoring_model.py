@@ -269,3 +269,4 @@ def test_the_scoring_benchmark_prints_its_figures(capsys):
     assert scoring.main(["--model", "smollm2-135m-instruct", "--options", "2", "--repeats", "1", "--flash-attn", "--json"]) == 0
     [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert row["k"] == 2 and row["prompt_tokens"] > 100 and row["decision_ms"] > 0 and row["speedup_vs_naive"] > 0
+    assert row["warm_decision_ms"] > 0

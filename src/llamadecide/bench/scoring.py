@@ -2,10 +2,13 @@
 
     python -m llamadecide.bench.scoring [--model PATH] [--repeats 7] [--json]
 
-For K = 2, 5, 20 it prints the prompt-only latency (prompt evaluated from an empty cache, last
-logits read), the decision latency (same empty cache, all K options scored exactly), their ratio,
-and the naive latency (one full evaluation of prompt + option per option). Targets: decision /
-prompt-only <= 1.25 at K = 5, naive / decision >= 3 at K = 5.
+The ticket is about 300 tokens. For K = 2, 5, 20 it prints the prompt-only latency (prompt
+evaluated from an empty cache, last logits read), the decision latency (same empty cache, all K
+options scored exactly), their ratio, the warm decision latency (the cache holds the previous
+request, another ticket, so only the shared system instruction is reused: what a running server
+sees), and the naive latency (one full evaluation of prompt + option per option). Targets:
+decision / prompt-only <= 1.25 at K = 5, naive / decision >= 3 at K = 5, warm decision < 2 s at
+K = 5.
 """
 
 from __future__ import annotations
@@ -35,8 +38,14 @@ TICKET = (
     "the spam folder. I need the duplicate charge refunded and access restored before Friday, "
     "because our team uses the shared workspace for a client presentation. I already opened a "
     "chat yesterday but the agent disconnected after twenty minutes. Please call me back at the "
-    "number on file or reply to this email. Thank you, Dana"
+    "number on file or reply to this email.\n\n"
+    "Some details that may help: the order numbers are 88412 and 88413, both at 10:42 in the "
+    "morning, and the confirmation emails went to my work address, which is also the login. I "
+    "changed the password on that account last month after your security notice, and I use the "
+    "authenticator app for two-step sign-in, which still shows codes. My colleague, who is an "
+    "admin on the same workspace, cannot see my user in the member list any more. Thank you, Dana"
 )
+PREVIOUS_TICKET = "Hi, the invoice for November lists three seats but we only have two users. Can you fix it?"
 TEAMS = [
     "billing", "account security", "technical support", "sales", "customer success",
     "shipping", "returns", "legal", "privacy", "partnerships", "mobile app", "web platform",
@@ -64,10 +73,18 @@ def measure(engine: Engine, k: int, repeats: int) -> dict:
         engine.clear_cache()
         decider.decide(TICKET, [question])
 
+    def decide_warm() -> float:
+        engine.clear_cache()
+        decider.decide(PREVIOUS_TICKET, [question])
+        began = time.perf_counter()
+        decider.decide(TICKET, [question])
+        return time.perf_counter() - began
+
     engine.evaluate(prompt)  # warm-up
     decide_fresh()
     prompt_only = statistics.median(engine.evaluate(prompt) for _ in range(repeats))
     decision = _median_seconds(decide_fresh, repeats)
+    warm = statistics.median(decide_warm() for _ in range(repeats))
     naive = _median_seconds(lambda: decider.decide_naive(TICKET, question), max(3, repeats // 2))
     return {
         "k": k,
@@ -76,6 +93,7 @@ def measure(engine: Engine, k: int, repeats: int) -> dict:
         "prompt_only_ms": prompt_only * 1000,
         "decision_ms": decision * 1000,
         "ratio": decision / prompt_only,
+        "warm_decision_ms": warm * 1000,
         "naive_ms": naive * 1000,
         "speedup_vs_naive": naive / decision,
     }
@@ -102,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         table = Table(title=f"scoring: {engine.model_name}, {engine.n_threads} threads, n_gpu_layers={engine.n_gpu_layers}"
                                 f"{', flash attention' if engine.config.flash_attn else ''}")
-        for column in ("K", "prompt tok", "answer tok", "prompt-only ms", "decision ms", "ratio", "naive ms", "vs naive"):
+        for column in ("K", "prompt tok", "answer tok", "prompt-only ms", "decision ms", "ratio", "warm ms", "naive ms", "vs naive"):
             table.add_column(column, justify="right")
         for r in rows:
             table.add_row(
                 str(r["k"]), str(r["prompt_tokens"]), str(r["answer_tokens"]), f"{r['prompt_only_ms']:.1f}",
-                f"{r['decision_ms']:.1f}", f"{r['ratio']:.3f}", f"{r['naive_ms']:.1f}", f"{r['speedup_vs_naive']:.1f}x",
+                f"{r['decision_ms']:.1f}", f"{r['ratio']:.3f}", f"{r['warm_decision_ms']:.1f}", f"{r['naive_ms']:.1f}", f"{r['speedup_vs_naive']:.1f}x",
             )
         console = Console()
         console.print(table)
@@ -116,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                 ok_ratio, ok_naive = r["ratio"] <= 1.25, r["speedup_vs_naive"] >= 3.0
                 console.print(f"K=5 target decision/prompt-only <= 1.25: {'met' if ok_ratio else 'NOT met'} ({r['ratio']:.3f})")
                 console.print(f"K=5 target naive/decision >= 3: {'met' if ok_naive else 'NOT met'} ({r['speedup_vs_naive']:.1f}x)")
+                ok_warm = r["warm_decision_ms"] < 2000
+                console.print(f"K=5 target warm decision < 2 s: {'met' if ok_warm else 'NOT met'} ({r['warm_decision_ms'] / 1000:.2f} s)")
     return 0
 
 
