@@ -26,7 +26,9 @@ def test_quality_bench_on_a_slice(tmp_path, capsys):
         assert expected in methods
     assert next(r for r in result["rows"] if r["method"] == "2-shot")["labels_used"] == 2
     assert any(m == "head" for m, _ in methods) and any(m == "chosen by CV" for m, _ in methods)
-    assert methods[-2][0] == "TF-IDF + LR (baseline)" and methods[-1][0] == "generate-and-parse (baseline)"
+    assert any(m == "head + lexical" for m, _ in methods)
+    assert methods[-3:] == [("TF-IDF + LR (baseline)", "words"), ("TF-IDF + LR (baseline)", "char 2-4-grams"),
+                            ("generate-and-parse (baseline)", "3 items")]
     for row in result["rows"]:
         assert 0.0 <= row["accuracy"] <= 1.0
         if row["nll"] is not None:
@@ -39,7 +41,7 @@ def test_quality_bench_on_a_slice(tmp_path, capsys):
     assert [r["accuracy"] for r in again] == [r["accuracy"] for r in result["rows"][:-1]]
     capsys.readouterr()
     quality.main(["--markdown", str(out / "r.json")])
-    assert "| TF-IDF + LR (baseline) | - | 30 |" in capsys.readouterr().out
+    assert "| TF-IDF + LR (baseline) | char 2-4-grams | 30 |" in capsys.readouterr().out
 
 
 def test_measure_reports_guaranteed_coverage_only_when_the_bound_holds():

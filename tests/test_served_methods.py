@@ -54,7 +54,7 @@ def test_bad_method_options_are_4xx(server):
 
 
 @pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
-def test_a_served_head_profile_gives_the_fitted_heads_probabilities(engine, tmp_path):
+def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_probabilities(engine, tmp_path):
     from llamadecide.bench.server_process import ServerProcess
 
     task = load_task(ROOT / "examples" / "agnews.yaml")
@@ -65,7 +65,8 @@ def test_a_served_head_profile_gives_the_fitted_heads_probabilities(engine, tmp_
     L = np.array([s.logprobs for s in scores])
     H = np.array([s.hidden for s in scores])
     y = np.array([task.gold_index(item.label) for item in items])
-    head = fit_head(L, H, y, C=0.5)
+    head = fit_head(L, H, y, C=0.5, texts=[item.text for item in items])
+    assert head.lexical is not None and min(head.mix) >= 0.0
     profile = CalibrationProfile(
         name="agnews-head", created="2026-12-03T00:00:00+00:00", model_sha256=engine.model_sha256,
         prompt_format="llamadecide-1", task={"type": "choice", "instructions": task.instructions, "options": task.options,
@@ -82,11 +83,11 @@ def test_a_served_head_profile_gives_the_fitted_heads_probabilities(engine, tmp_
             "questions": [{"type": "choice", "instructions": task.instructions,
                            "choices": [{"value": v} for v in task.options]}]}
     expected = head.apply(np.array([backend.score(text, question).logprobs]), None,
-                          np.array([backend.score(text, question, hidden=True).hidden]))[0]
+                          np.array([backend.score(text, question, hidden=True).hidden]), [text])[0]
     with ServerProcess("--profiles-dir", str(profiles)) as server:
         response = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120)
         answer = response.json()["answers"][0]
-        assert answer["method"] == "head" and answer["calibrated"] is True
+        assert answer["method"] == "head + lexical" and answer["calibrated"] is True
         assert probabilities(response) == pytest.approx(list(expected), abs=0.02)
         refused = httpx.post(f"{server.url}/v1/decisions", timeout=60,
                              json={**body, "llamadecide": {"profile": "agnews-head", "prior_correction": True}})

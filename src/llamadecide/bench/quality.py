@@ -34,6 +34,7 @@ from llamadecide.calibration.fitting import Candidate
 from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, apply_variant, fit_variant, out_of_fold,
                                          score_variants, select, split)
 from llamadecide.calibration.thresholds import evaluate_threshold, select_threshold
+from llamadecide.decisions import lexical
 from llamadecide.decisions.maths import confidence
 from llamadecide.engine import Engine, EngineConfig, SamplingParams, resolve_model_path
 from llamadecide.engine.model_files import BUNDLED
@@ -78,15 +79,19 @@ def measure(P: np.ndarray, y: np.ndarray, P_cal_oof: np.ndarray | None, y_cal: n
     return row
 
 
-def tfidf_baseline(items: list[LabelledItem], y: np.ndarray, cal_idx: np.ndarray, test_idx: np.ndarray, k: int) -> dict:
+def tfidf_baseline(items: list[LabelledItem], y: np.ndarray, cal_idx: np.ndarray, test_idx: np.ndarray, k: int,
+                   analyzer: str = "word") -> dict:
+    """TF-IDF + logistic regression on the labelled part: word uni- and bigrams, or (analyzer
+    "char_wb") the character 2-4-grams of a head's lexical expert, alone."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
     from sklearn.pipeline import make_pipeline
 
     def model():
-        return make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1),
-                             LogisticRegression(C=10.0, max_iter=2000))
+        vectorizer = (TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1) if analyzer == "word"
+                      else lexical.vectorizer(min_df=1))
+        return make_pipeline(vectorizer, LogisticRegression(C=10.0, max_iter=2000))
 
     texts = np.array([item.text for item in items], dtype=object)
 
@@ -144,9 +149,11 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
     results, fitted = select(scored, cal_idx, y_cal)
     heads = [r for r in results if r["kind"] == "head"]
     for variant in scored:
-        mine = [r for r in heads if (r["mode"], r["rotations"], r["shots"]) == (variant.mode, variant.rotations, variant.shots)]
-        if mine:
-            rows.append(_fitted_row("head", min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
+        for lexical, name in ((False, "head"), (True, "head + lexical")):
+            mine = [r for r in heads if (r["mode"], r["rotations"], r["shots"], r["lexical"])
+                    == (variant.mode, variant.rotations, variant.shots, lexical)]
+            if mine:
+                rows.append(_fitted_row(name, min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
     rows.append(_fitted_row("chosen by CV", min(results, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
     return rows
 
@@ -177,8 +184,10 @@ def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, conso
     finally:
         cache.close()
     rows = method_rows(scored, cal_idx, test_idx, y)
-    rows.append({"method": "TF-IDF + LR (baseline)", "variant": "-", "labels_used": len(cal_idx),
+    rows.append({"method": "TF-IDF + LR (baseline)", "variant": "words", "labels_used": len(cal_idx),
                  **tfidf_baseline(items, y, cal_idx, test_idx, len(task.options))})
+    rows.append({"method": "TF-IDF + LR (baseline)", "variant": "char 2-4-grams", "labels_used": len(cal_idx),
+                 **tfidf_baseline(items, y, cal_idx, test_idx, len(task.options), analyzer="char_wb")})
     generated = None
     if args.generate:
         generated = generate_and_parse(engine, task, items, y, test_idx[: args.generate])

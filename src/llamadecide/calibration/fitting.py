@@ -1,18 +1,21 @@
 """Calibrators fitted on the calibration part, chosen by cross-validated NLL on the calibration
 part alone: temperature scaling, optionally with a per-option bias, on raw, length-normalised or
 content-free-prior-corrected log-likelihoods; or a head (multinomial logistic regression on the
-option log-likelihoods and the model's hidden state at the answer position)."""
+option log-likelihoods and the model's hidden state at the answer position), alone or fused with a
+lexical expert on the input text."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 from sklearn.model_selection import StratifiedKFold
 
-from llamadecide.decisions.maths import content_free_prior, head_features, head_probabilities
+from llamadecide.decisions.lexical import LexicalModel, fit_lexical
+from llamadecide.decisions.maths import (content_free_prior, fuse_log_probabilities, head_features,
+                                          head_probabilities)
 
 Kind = Literal["none", "temperature", "temperature+bias", "head"]
 
@@ -33,31 +36,67 @@ class Calibrator:
             S = S + np.asarray(self.bias)
         return S / self.temperature
 
-    def apply(self, L: np.ndarray, lengths: np.ndarray | None, hidden: np.ndarray | None = None) -> np.ndarray:
+    def apply(self, L: np.ndarray, lengths: np.ndarray | None, hidden: np.ndarray | None = None,
+              texts: Sequence[str] | None = None) -> np.ndarray:
         return softmax(self.scores(L, lengths))
 
 
 @dataclass(frozen=True)
 class HeadCalibrator:
     """softmax(W f + c) over `maths.head_features`; the standardisation is folded into W and c, so
-    serving needs no scikit-learn."""
+    serving needs no scikit-learn. With a lexical expert: softmax(a log p_head + b log p_lexical)."""
 
     weights: np.ndarray
     intercept: np.ndarray
     C: float
+    lexical: LexicalModel | None = None
+    mix: tuple[float, float] = (1.0, 0.0)
     kind: Kind = "head"
     length_normalize: bool = False
     prior: None = None
 
-    def apply(self, L: np.ndarray, lengths: np.ndarray | None, hidden: np.ndarray | None = None) -> np.ndarray:
+    def apply(self, L: np.ndarray, lengths: np.ndarray | None, hidden: np.ndarray | None = None,
+              texts: Sequence[str] | None = None) -> np.ndarray:
         if hidden is None:
             raise ValueError("a head needs hidden states (the local backend provides them)")
-        return head_probabilities(head_features(L, hidden), self.weights, self.intercept)
+        P = head_probabilities(head_features(L, hidden), self.weights, self.intercept)
+        if self.lexical is None:
+            return P
+        if texts is None:
+            raise ValueError("a head with a lexical expert needs the input texts")
+        return fuse_log_probabilities([np.log(np.clip(P, 1e-300, None)), self.lexical.log_probabilities(texts)], self.mix)
 
 
-def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float) -> HeadCalibrator:
+def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
+             texts: Sequence[str] | None = None, seed: int = 0) -> HeadCalibrator:
     """Multinomial logistic regression on standardised features; classes absent from `y` get a
-    very low intercept (never predicted), so the head always has one row per option."""
+    very low intercept (never predicted), so the head always has one row per option. With `texts`,
+    also a lexical expert (`decisions.lexical`), fused with weights that minimise the held-out NLL
+    of both experts' out-of-fold probabilities (3 folds of the same items)."""
+    head = _fit_logistic(L, hidden, y, C=C)
+    if texts is None:
+        return head
+    texts = list(texts)
+    k = L.shape[1]
+    lexical = fit_lexical(texts, y, k)
+    head_oof = np.zeros_like(L, dtype=np.float64)
+    lexical_oof = np.zeros_like(head_oof)
+    for train, held in splitter(L, y, 3, seed):
+        inner = _fit_logistic(L[train], hidden[train], y[train], C=C)
+        head_oof[held] = np.log(np.clip(inner.apply(L[held], None, hidden[held]), 1e-300, None))
+        lexical_oof[held] = fit_lexical([texts[i] for i in train], y[train], k).log_probabilities([texts[i] for i in held])
+    rows = np.arange(len(y))
+
+    def held_out_nll(w: np.ndarray) -> float:
+        S = w[0] * head_oof + w[1] * lexical_oof
+        S = S - S.max(1, keepdims=True)
+        return float(-(S[rows, y] - np.log(np.exp(S).sum(1))).mean())
+
+    w = minimize(held_out_nll, np.array([0.5, 0.5]), method="L-BFGS-B", bounds=[(0.0, 5.0)] * 2).x
+    return HeadCalibrator(head.weights, head.intercept, C, lexical, (float(w[0]), float(w[1])))
+
+
+def _fit_logistic(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float) -> HeadCalibrator:
     from sklearn.linear_model import LogisticRegression
 
     k = L.shape[1]
@@ -123,11 +162,12 @@ class Candidate:
     length_normalize: bool
     prior_correction: bool = False
     C: float = 0.0  # heads only: inverse regularisation strength
+    lexical: bool = False  # heads only: fused with a lexical expert on the input text
 
     @property
     def label(self) -> str:
         if self.kind == "head":
-            return f"head (C={self.C:g})"
+            return f"head (C={self.C:g})" + (" + lexical" if self.lexical else "")
         parts = [self.kind]
         if self.prior_correction:
             parts.append("prior-corrected")
@@ -144,22 +184,28 @@ class Candidate:
 HEAD_C_GRID = (0.05, 0.5)
 
 
-def candidates(has_lengths: bool, *, has_prior: bool = False, has_hidden: bool = False) -> list[Candidate]:
+def candidates(has_lengths: bool, *, has_prior: bool = False, has_hidden: bool = False,
+               has_texts: bool = False) -> list[Candidate]:
     kinds: list[Kind] = ["none", "temperature", "temperature+bias"]
     norms = [False, True] if has_lengths else [False]
     priors = [False, True] if has_prior else [False]
     found = [Candidate(k, n, p) for p in priors for n in norms for k in kinds]
     if has_hidden:
         found.extend(Candidate("head", False, C=c) for c in HEAD_C_GRID)
+        if has_texts:
+            found.extend(Candidate("head", False, C=c, lexical=True) for c in HEAD_C_GRID)
     return found
 
 
 def fit_candidate(candidate: Candidate, L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, *,
-                  prior: np.ndarray | None = None, hidden: np.ndarray | None = None) -> Calibrator | HeadCalibrator:
+                  prior: np.ndarray | None = None, hidden: np.ndarray | None = None,
+                  texts: Sequence[str] | None = None) -> Calibrator | HeadCalibrator:
     if candidate.kind == "head":
         if hidden is None:
             raise ValueError("a head needs hidden states")
-        return fit_head(L, hidden, y, C=candidate.C)
+        if candidate.lexical and texts is None:
+            raise ValueError("a lexical expert needs the input texts")
+        return fit_head(L, hidden, y, C=candidate.C, texts=texts if candidate.lexical else None)
     if candidate.prior_correction and prior is None:
         raise ValueError("prior correction needs the content-free prior")
     return fit(L, lengths, y, kind=candidate.kind, length_normalize=candidate.length_normalize,
@@ -174,14 +220,16 @@ def content_free_prior_for(candidate: Candidate, rows: np.ndarray | None, length
 
 
 def cross_validated(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, candidate: Candidate, *,
-                    prior: np.ndarray | None = None, hidden: np.ndarray | None = None, folds: int = 5,
-                    seed: int = 0) -> dict[str, float]:
+                    prior: np.ndarray | None = None, hidden: np.ndarray | None = None,
+                    texts: Sequence[str] | None = None, folds: int = 5, seed: int = 0) -> dict[str, float]:
     """Held-out NLL and accuracy of a candidate over folds of the calibration part."""
     losses, hits = [], []
     for train, held in splitter(L, y, folds, seed):
         calibrator = fit_candidate(candidate, L[train], None if lengths is None else lengths[train], y[train], prior=prior,
-                                   hidden=None if hidden is None else hidden[train])
-        P = calibrator.apply(L[held], None if lengths is None else lengths[held], None if hidden is None else hidden[held])
+                                   hidden=None if hidden is None else hidden[train],
+                                   texts=None if texts is None else [texts[i] for i in train])
+        P = calibrator.apply(L[held], None if lengths is None else lengths[held], None if hidden is None else hidden[held],
+                             None if texts is None else [texts[i] for i in held])
         losses.append(-np.log(np.clip(P[np.arange(len(held)), y[held]], 1e-12, 1.0)))
         hits.append(P.argmax(1) == y[held])
     return {"nll": float(np.concatenate(losses).mean()), "accuracy": float(np.concatenate(hits).mean())}

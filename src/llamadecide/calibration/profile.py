@@ -9,11 +9,35 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
+from llamadecide.decisions import lexical
 from llamadecide.errors import InvalidRequestError, ModelLoadError, ProfileMismatchError
 
 
+class LexicalParams(BaseModel):
+    """A head's lexical expert (`decisions.lexical`): the fitted vectorizer's vocabulary and idf, the
+    logistic regression over it, and the fusion weights (head, lexical)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    features: Literal["char_wb-2-4-tfidf-1"] = lexical.FEATURES
+    vocabulary: list[str]
+    idf: list[float]
+    weights: list[list[float]]  # options x vocabulary
+    intercept: list[float]
+    mix: tuple[float, float]
+
+    @model_validator(mode="after")
+    def _sizes(self) -> "LexicalParams":
+        if len(self.idf) != len(self.vocabulary) or any(len(row) != len(self.vocabulary) for row in self.weights):
+            raise ValueError("the lexical expert's vocabulary, idf and weights disagree in size")
+        if len(self.intercept) != len(self.weights):
+            raise ValueError("the lexical expert has one intercept per option")
+        return self
+
+
 class HeadParams(BaseModel):
-    """A fitted head: softmax(weights @ features + intercept), features as `maths.head_features`."""
+    """A fitted head: softmax(weights @ features + intercept), features as `maths.head_features`,
+    optionally fused with a lexical expert."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -22,12 +46,30 @@ class HeadParams(BaseModel):
     weights: list[list[float]]  # options x (options + hidden_size)
     intercept: list[float]
     C: float
+    lexical: Optional[LexicalParams] = None
 
     @classmethod
     def from_calibrator(cls, head) -> "HeadParams":
         k = head.weights.shape[0]
+        expert = None
+        if head.lexical is not None:
+            expert = LexicalParams(vocabulary=list(head.lexical.vocabulary), idf=head.lexical.idf.tolist(),
+                                   weights=head.lexical.weights.tolist(), intercept=head.lexical.intercept.tolist(),
+                                   mix=head.mix)
         return cls(hidden_size=int(head.weights.shape[1] - k), weights=head.weights.tolist(),
-                   intercept=head.intercept.tolist(), C=head.C)
+                   intercept=head.intercept.tolist(), C=head.C, lexical=expert)
+
+    def build(self):
+        """The decisions library's Head."""
+        import numpy as np
+
+        from llamadecide.decisions.service import Head
+
+        if self.lexical is None:
+            return Head(np.asarray(self.weights), np.asarray(self.intercept))
+        expert = lexical.LexicalModel(tuple(self.lexical.vocabulary), np.asarray(self.lexical.idf),
+                                      np.asarray(self.lexical.weights), np.asarray(self.lexical.intercept))
+        return Head(np.asarray(self.weights), np.asarray(self.intercept), expert, tuple(self.lexical.mix))
 
 
 class DemonstrationParams(BaseModel):
@@ -71,6 +113,8 @@ class CalibrationProfile(BaseModel):
             raise ValueError("a profile has head parameters exactly when its calibrator is 'head'")
         if self.head is not None and len(self.head.weights) != len(self.task["options"]):
             raise ValueError("the head has one row per option")
+        if self.head is not None and self.head.lexical is not None and len(self.head.lexical.weights) != len(self.head.weights):
+            raise ValueError("the head's lexical expert has one row per option")
         for demonstration in self.demonstrations or ():
             if not 0 <= demonstration.option < len(self.task["options"]):
                 raise ValueError(f"a demonstration answers option {demonstration.option}; the task has "
@@ -79,21 +123,20 @@ class CalibrationProfile(BaseModel):
 
     @property
     def method_label(self) -> str:
-        """The method as served: e.g. 'prior-corrected', '4-shot' or '4-shot, prior-corrected'."""
+        """The method as served: e.g. 'prior-corrected', 'head + lexical', '4-shot' or '4-shot, prior-corrected'."""
+        method = self.method + (" + lexical" if self.head is not None and self.head.lexical is not None else "")
         shots = len(self.demonstrations or ())
         if not shots:
-            return self.method
-        return f"{shots}-shot" if self.method == "zero-shot" else f"{shots}-shot, {self.method}"
+            return method
+        return f"{shots}-shot" if method == "zero-shot" else f"{shots}-shot, {method}"
 
     def scoring(self):
         """The decisions library's Scoring for this profile (built once)."""
         if self._scoring is None:
-            import numpy as np
-
             from llamadecide.decisions import Scoring
-            from llamadecide.decisions.service import Demonstration, Head
+            from llamadecide.decisions.service import Demonstration
 
-            head = Head(np.asarray(self.head.weights), np.asarray(self.head.intercept)) if self.head else None
+            head = self.head.build() if self.head else None
             self._scoring = Scoring(temperature=self.temperature, length_normalize=self.length_normalize,
                                     bias=tuple(self.bias) if self.bias else None, prior_correction=self.prior_correction,
                                     rotations=self.rotations, head=head,

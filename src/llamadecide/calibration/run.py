@@ -41,6 +41,7 @@ class RunConfig:
     rotations: int = 1  # also score with this many option-order rotations (chosen only if better)
     prior_correction: bool = True  # also try content-free prior correction
     head: bool = True  # also try a head on the hidden state (local backend)
+    lexical: bool = True  # also try each head fused with a lexical expert on the input text
     only_mode: str | None = None  # score in this mode instead of the task's default
     shots: int = 0  # also score with this many labelled demonstrations before each item (local backend)
     bins: int = 15
@@ -81,6 +82,7 @@ class VariantScores:
     hidden: np.ndarray | None  # items x hidden size, at the answer position (local backend)
     content_free: tuple[np.ndarray, np.ndarray | None] | None  # rows on content-free inputs, their lengths
     demonstrations: tuple[Demonstration, ...] = ()  # shown before every item (k-shot variants)
+    texts: list[str] | None = None  # every item's input as the model sees it (for a head's lexical expert)
 
 
 def _cache_mode(variant: Variant, hidden: bool, demonstrations: tuple[Demonstration, ...] = ()) -> str:
@@ -179,12 +181,14 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
             progress.advance(bar)
     cache.commit()
     scored: dict[Variant, VariantScores] = {}
+    texts = [item.text for item in items]  # strings: the model sees them verbatim (prompt.render_state)
     for variant in variants:
         content_free = (backend.content_free(questions[variant], rotations=variant.rotations,
                                              demonstrations=demonstrations[variant])
                         if config.prior_correction else None)
-        scored[variant] = VariantScores(L[variant], lengths[variant], hidden.get((variant.mode, variant.shots)), content_free,
-                                        demonstrations[variant])
+        variant_hidden = hidden.get((variant.mode, variant.shots))
+        scored[variant] = VariantScores(L[variant], lengths[variant], variant_hidden, content_free, demonstrations[variant],
+                                        texts if variant_hidden is not None and config.lexical else None)
     return scored
 
 
@@ -286,15 +290,18 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
     for variant, data in scored.items():
         lengths = None if data.lengths is None else data.lengths[cal_idx]
         hidden = None if data.hidden is None else data.hidden[cal_idx]
+        texts = None if data.texts is None else [data.texts[i] for i in cal_idx]
         for candidate in candidates(data.lengths is not None, has_prior=data.content_free is not None,
-                                    has_hidden=data.hidden is not None):
+                                    has_hidden=data.hidden is not None, has_texts=texts is not None):
             prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
-            cv = cross_validated(data.L[cal_idx], lengths, y_cal, candidate, prior=prior, hidden=hidden, seed=seed)
+            cv = cross_validated(data.L[cal_idx], lengths, y_cal, candidate, prior=prior, hidden=hidden, texts=texts,
+                                 seed=seed)
             label = f"{variant.label}, {candidate.label}"
             fitted[label] = (variant, candidate)
             results.append({"mode": variant.mode, "rotations": variant.rotations, "shots": variant.shots,
                             "method": candidate.method,
-                            "kind": candidate.kind, "length_normalize": candidate.length_normalize,
+                            "kind": candidate.kind, "lexical": candidate.lexical,
+                            "length_normalize": candidate.length_normalize,
                             "prior_correction": candidate.prior_correction, "label": label,
                             "cv_nll": cv["nll"], "cv_accuracy": cv["accuracy"]})
     return results, fitted
@@ -303,7 +310,7 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
 def fit_variant(candidate: Candidate, data: VariantScores, idx: np.ndarray, y: np.ndarray) -> Calibrator | HeadCalibrator:
     prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
     return fit_candidate(candidate, data.L[idx], None if data.lengths is None else data.lengths[idx], y, prior=prior,
-                         hidden=None if data.hidden is None else data.hidden[idx])
+                         hidden=None if data.hidden is None else data.hidden[idx], texts=_texts(data, idx))
 
 
 def out_of_fold(candidate: Candidate, data: VariantScores, cal_idx: np.ndarray, y_cal: np.ndarray, *,
@@ -318,7 +325,11 @@ def out_of_fold(candidate: Candidate, data: VariantScores, cal_idx: np.ndarray, 
 
 def apply_variant(calibrator: Calibrator | HeadCalibrator, data: VariantScores, idx: np.ndarray) -> np.ndarray:
     return calibrator.apply(data.L[idx], None if data.lengths is None else data.lengths[idx],
-                            None if data.hidden is None else data.hidden[idx])
+                            None if data.hidden is None else data.hidden[idx], _texts(data, idx))
+
+
+def _texts(data: VariantScores, idx: np.ndarray) -> list[str] | None:
+    return None if data.texts is None else [data.texts[i] for i in idx]
 
 
 def _headline(m: dict) -> dict:

@@ -31,6 +31,8 @@ def calibrate_command(
     rotations: Annotated[int, typer.Option("--rotations", help="Also score labels mode with this many option-order rotations (with --compare-modes or a labels task)")] = 1,
     prior_correction: Annotated[bool, typer.Option("--prior/--no-prior", help="Also try content-free prior correction")] = True,
     head: Annotated[bool, typer.Option("--head/--no-head", help="Also try a head on the hidden state (local backend)")] = True,
+    lexical: Annotated[bool, typer.Option("--lexical/--no-lexical", help="Also try heads fused with a lexical expert "
+                                          "(character n-gram TF-IDF of the input)")] = True,
     shots: Annotated[int, typer.Option("--shots", min=0, help="Also try showing this many labelled calibration items "
                                        "before each question (k-shot, local backend; scores every item once more)")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Output directory (cache, plots, report, profile)")] = Path("calibration-out"),
@@ -55,7 +57,8 @@ def calibrate_command(
         config = RunConfig(out_dir=out, calibration_size=calibration_size, test_size=test_size, seed=seed,
                            target_precision=target_precision, confidence_level=confidence_level,
                            conformal_alpha=conformal_alpha, compare_modes=compare_modes, profile_name=profile_name,
-                           rotations=rotations, prior_correction=prior_correction, head=head, shots=shots,
+                           rotations=rotations, prior_correction=prior_correction, head=head, lexical=lexical,
+                           shots=shots,
                            dataset_fingerprint=file_fingerprint(data, text_column, label_column))
         try:
             summary = calibrate(chosen, the_task, items, config)

@@ -93,6 +93,14 @@ def head_features(logprobs: Sequence[float] | np.ndarray, hidden: Sequence[float
     return np.concatenate([L, H], axis=-1)
 
 
+def fuse_log_probabilities(parts: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
+    """softmax(sum_i w_i log p_i): a weighted product of experts (rows in, rows out)."""
+    S = sum(float(w) * np.asarray(part, dtype=np.float64) for w, part in zip(weights, parts))
+    S = S - S.max(-1, keepdims=True)
+    P = np.exp(S)
+    return P / P.sum(-1, keepdims=True)
+
+
 def head_probabilities(features: np.ndarray, weights: np.ndarray, intercept: np.ndarray) -> np.ndarray:
     """A multinomial logistic head: softmax(W f + c). Rows in, rows out."""
     logits = np.asarray(features, dtype=np.float64) @ np.asarray(weights, dtype=np.float64).T + np.asarray(intercept)

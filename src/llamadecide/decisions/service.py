@@ -11,6 +11,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from llamadecide.decisions import maths
+from llamadecide.decisions.lexical import LexicalModel
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, build_messages, render_state
 from llamadecide.decisions.questions import OptionValue, Question
 from llamadecide.errors import InvalidRequestError
@@ -30,18 +31,28 @@ class ScoringEngine(Protocol):
 
 @dataclass(frozen=True)
 class Head:
-    """A fitted multinomial logistic head over `maths.head_features` (standardisation folded in)."""
+    """A fitted multinomial logistic head over `maths.head_features` (standardisation folded in),
+    optionally fused with a lexical expert on the input text: softmax(a log p_head + b log p_lexical),
+    `mix` = (a, b)."""
 
     weights: np.ndarray = field(compare=False)  # K x (K + hidden size)
     intercept: np.ndarray = field(compare=False)  # K
+    lexical: LexicalModel | None = field(default=None, compare=False)
+    mix: tuple[float, float] = (1.0, 0.0)
 
-    def probabilities(self, logprobs: Sequence[float], hidden: np.ndarray) -> np.ndarray:
+    def probabilities(self, logprobs: Sequence[float], hidden: np.ndarray, text: str | None = None) -> np.ndarray:
         features = maths.head_features(np.asarray(logprobs), hidden)
         if features.shape[-1] != self.weights.shape[1]:
             raise InvalidRequestError(
                 f"the calibration head reads {self.weights.shape[1]} features, this model gives {features.shape[-1]}; "
                 "it was fitted for another model", param="calibration")
-        return maths.head_probabilities(features, self.weights, self.intercept)
+        P = maths.head_probabilities(features, self.weights, self.intercept)
+        if self.lexical is None:
+            return P
+        if text is None:
+            raise ValueError("a head with a lexical expert needs the input text")
+        return maths.fuse_log_probabilities([np.log(np.clip(P, 1e-300, None)), self.lexical.log_probabilities([text])[0]],
+                                            self.mix)
 
 
 @dataclass(frozen=True)
@@ -249,7 +260,8 @@ class Decider:
         for question, rule, item in zip(questions, rules, combined):
             prior = self.prior(question, rule) if rule.prior_correction else None
             hidden = self.engine.hidden_state(item.prompt_tokens) if rule.head is not None else None
-            answers.append(_answer(question, item.logprobs, item.lengths, rule, prior=prior, hidden=hidden))
+            answers.append(_answer(question, item.logprobs, item.lengths, rule, prior=prior, hidden=hidden,
+                                   state_text=state_text))
         return Decision(answers, distinct, shared, time.perf_counter() - began, {"cached_tokens": cached})
 
     def scores(self, state: Any, question: Question, *, rotations: int = 1, hidden: bool = False,
@@ -371,7 +383,7 @@ def _per_question_scoring(scoring: Sequence[Scoring | None] | Scoring | None, co
 
 
 def _answer(question: Question, totals: list[float], lengths: list[int], rule: Scoring, *,
-            prior: np.ndarray | None = None, hidden: np.ndarray | None = None) -> Answer:
+            prior: np.ndarray | None = None, hidden: np.ndarray | None = None, state_text: str | None = None) -> Answer:
     if rule.bias is not None and len(rule.bias) != len(totals):
         raise InvalidRequestError("the calibration bias does not match the number of options", param="calibration")
     if rule.head is not None:
@@ -379,7 +391,7 @@ def _answer(question: Question, totals: list[float], lengths: list[int], rule: S
             raise ValueError("a head needs the hidden state")
         if rule.head.intercept.shape[0] != len(totals):
             raise InvalidRequestError("the calibration head does not match the number of options", param="calibration")
-        probabilities = rule.head.probabilities(totals, hidden)
+        probabilities = rule.head.probabilities(totals, hidden, state_text)
     else:
         probabilities = maths.normalise(
             totals,

@@ -1,0 +1,58 @@
+"""The lexical expert a head may carry, on synthetic data (pure logic: no model involved)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llamadecide.calibration.fitting import fit_head
+from llamadecide.calibration.profile import HeadParams, LexicalParams
+from llamadecide.decisions.lexical import fit_lexical
+
+WORDS = ["refund", "password", "invoice"]
+
+
+def corpus(n: int, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    filler = ["please", "help", "me", "today", "with", "my", "account", "thanks"]
+    texts = [" ".join(list(rng.choice(filler, 4)) + [WORDS[c]] + list(rng.choice(filler, 3))) for c in y]
+    return texts, y
+
+
+def test_the_lexical_expert_learns_words_and_never_predicts_an_option_it_never_saw():
+    texts, y = corpus(60)
+    expert = fit_lexical(texts, y, 4)
+    test_texts, test_y = corpus(30, seed=1)
+    P = np.exp(expert.log_probabilities(test_texts))
+    assert P.shape == (30, 4) and np.allclose(P.sum(1), 1.0)
+    assert (P.argmax(1) == test_y).mean() == 1.0
+    assert P[:, 3].max() < 1e-9
+
+
+def test_a_fused_head_outweighs_uninformative_hidden_states_and_serves_what_it_fitted():
+    texts, y = corpus(90)
+    rng = np.random.default_rng(2)
+    L = rng.normal(size=(90, 3))  # the model knows nothing here: only the words carry the label
+    H = rng.normal(size=(90, 8))
+    plain = fit_head(L, H, y, C=0.5)
+    fused = fit_head(L, H, y, C=0.5, texts=texts)
+    assert fused.mix[1] > fused.mix[0]
+    test_texts, test_y = corpus(40, seed=3)
+    L_test, H_test = rng.normal(size=(40, 3)), rng.normal(size=(40, 8))
+    P_fused = fused.apply(L_test, None, H_test, test_texts)
+    assert (P_fused.argmax(1) == test_y).mean() > (plain.apply(L_test, None, H_test).argmax(1) == test_y).mean()
+    served = HeadParams.model_validate_json(HeadParams.from_calibrator(fused).model_dump_json()).build()
+    for row in range(5):
+        assert served.probabilities(L_test[row], H_test[row], test_texts[row]) == pytest.approx(P_fused[row], abs=1e-9)
+    with pytest.raises(ValueError, match="input text"):
+        served.probabilities(L_test[0], H_test[0])
+    with pytest.raises(ValueError, match="input texts"):
+        fused.apply(L_test, None, H_test)
+
+
+def test_lexical_parameters_that_disagree_in_size_are_refused():
+    with pytest.raises(ValueError, match="disagree in size"):
+        LexicalParams(vocabulary=["ab", "bc"], idf=[1.0], weights=[[0.0, 0.0]], intercept=[0.0], mix=(1.0, 1.0))
+    with pytest.raises(ValueError, match="one intercept per option"):
+        LexicalParams(vocabulary=["ab"], idf=[1.0], weights=[[0.0], [1.0]], intercept=[0.0], mix=(1.0, 1.0))
