@@ -53,9 +53,14 @@ def test_local_run_writes_report_plots_and_profile(local_run):
         assert 0 <= m["accuracy"] <= 1 and m["nll"] > 0 and 0 <= m["ece_width"] <= 1
         assert m["ece_width_ci"][0] <= m["ece_width"] <= m["ece_width_ci"][1] + 1e-12
         assert len(m["per_class_ece"]) == 4
-    assert {c["label"] for c in summary["candidates"]} >= {"text mode, none", "text mode, temperature"}
+    assert {c["label"] for c in summary["candidates"]} >= {"text mode, none", "text mode, temperature",
+                                                          "text mode, head (C=0.05) + lexical"}
     profile = CalibrationProfile.load(out / "profile.json")
     assert len(profile.model_sha256) == 64 and profile.prompt_format == "llamadecide-1" and profile.temperature > 0
+    # A prior-corrected profile serves the prior it was fitted with.
+    assert (profile.prior is not None) == profile.prior_correction
+    if profile.prior is not None:
+        assert profile.prior == pytest.approx(summary["chosen"]["prior"])
     assert "data:image/png;base64," in (out / "report.html").read_text()
     assert "ECE (equal width)" in output
 

@@ -46,6 +46,17 @@ def test_the_prior_is_computed_once_per_question(engine, monkeypatch):
     assert len(calls) == 2  # another question, another prior
 
 
+def test_a_fixed_prior_is_served_as_given_and_not_recomputed(engine, monkeypatch):
+    decider = Decider(engine)
+    question = choice("What is the topic of this news article?", TOPIC)
+    monkeypatch.setattr(decider, "content_free_scores", lambda q, **kw: pytest.fail("the prior was recomputed"))
+    fixed = (-0.5, -2.0, -1.0, -3.0)
+    served = decider.decide(NEWS, [question], scoring=Scoring(prior_correction=True, prior=fixed)).answers[0]
+    expected = maths.normalise([o.logprob for o in served.options], prior=np.array(fixed))
+    assert served.probabilities == pytest.approx(list(expected), abs=1e-12)
+    assert served.probabilities != pytest.approx(list(maths.normalise([o.logprob for o in served.options])), abs=1e-3)
+
+
 def test_full_rotation_makes_the_answer_independent_of_option_order(engine):
     decider = Decider(engine)
     question = choice("What is the topic of this news article?", TOPIC, mode="labels")

@@ -172,6 +172,12 @@ def test_a_profile_checks_its_demonstrations():
     assert profile.method_label == "1-shot, prior-corrected"
     assert CalibrationProfile(**base, demonstrations=[DemonstrationParams(input="a", option=0)]).method_label == "1-shot"
     assert CalibrationProfile(**base).method_label == "zero-shot"
+    fixed = CalibrationProfile(**base, method="prior-corrected", prior_correction=True, prior=[-0.4, -1.1])
+    assert fixed.scoring().prior == (-0.4, -1.1) and fixed.scoring().prior_correction
+    with pytest.raises(ValueError, match="one prior value per option"):
+        CalibrationProfile(**base, method="prior-corrected", prior_correction=True, prior=[-0.4])
+    with pytest.raises(ValueError, match="only with prior correction"):
+        CalibrationProfile(**base, prior=[-0.4, -1.1])
 
 
 def test_a_served_k_shot_profile_answers_as_the_library_does(engine, tmp_path):

@@ -101,6 +101,11 @@ def _fit_logistic(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float)
 
     k = L.shape[1]
     X = head_features(L, hidden)
+    classes = np.unique(y)
+    if len(classes) == 1:  # e.g. an inner fold of a small sample: that option, always
+        bias = np.full(k, -30.0)
+        bias[classes[0]] = 0.0
+        return HeadCalibrator(np.zeros((k, X.shape[1])), bias, C)
     mean = X.mean(0)
     scale = X.std(0)
     scale[scale < 1e-8] = 1.0

@@ -97,6 +97,7 @@ class CalibrationProfile(BaseModel):
     bias: Optional[list[float]] = None
     method: Literal["zero-shot", "prior-corrected", "head"] = "zero-shot"
     prior_correction: bool = False
+    prior: Optional[list[float]] = None  # the content-free log prior fitted with (prior correction)
     rotations: int = 1
     head: Optional[HeadParams] = None
     demonstrations: Optional[list[DemonstrationParams]] = None  # k-shot: shown before every question
@@ -113,6 +114,8 @@ class CalibrationProfile(BaseModel):
             raise ValueError("a profile has head parameters exactly when its calibrator is 'head'")
         if self.head is not None and len(self.head.weights) != len(self.task["options"]):
             raise ValueError("the head has one row per option")
+        if self.prior is not None and (not self.prior_correction or len(self.prior) != len(self.task["options"])):
+            raise ValueError("a profile has one prior value per option, and only with prior correction")
         if self.head is not None and self.head.lexical is not None and len(self.head.lexical.weights) != len(self.head.weights):
             raise ValueError("the head's lexical expert has one row per option")
         for demonstration in self.demonstrations or ():
@@ -139,6 +142,7 @@ class CalibrationProfile(BaseModel):
             head = self.head.build() if self.head else None
             self._scoring = Scoring(temperature=self.temperature, length_normalize=self.length_normalize,
                                     bias=tuple(self.bias) if self.bias else None, prior_correction=self.prior_correction,
+                                    prior=tuple(self.prior) if self.prior is not None else None,
                                     rotations=self.rotations, head=head,
                                     demonstrations=tuple(Demonstration(d.input, d.option) for d in self.demonstrations or ()))
         return self._scoring

@@ -72,7 +72,10 @@ class Scoring:
     rotations > 1 asks the question that many times with the option list cyclically rotated
     (evenly spaced shifts), every rotation sharing the state's evaluated prefix in the same batch,
     and averages each option's log-likelihood over them: position bias cancels out.
-    prior_correction divides out the model's answer distribution on content-free inputs.
+    prior_correction divides out the model's answer distribution on content-free inputs; `prior`
+    fixes that distribution (a calibration profile stores the one it was fitted with, so serving
+    does not recompute it: the recomputed value moves by llama.cpp's KV-layout noise, which on a
+    balanced two-option question can flip answers near the boundary).
     A head replaces the softmax by a fitted classifier over the log-likelihoods and hidden state.
     demonstrations are answered examples put before the question (see `prompt.build_messages`)."""
 
@@ -80,6 +83,7 @@ class Scoring:
     length_normalize: bool = False
     bias: tuple[float, ...] | None = None
     prior_correction: bool = False
+    prior: tuple[float, ...] | None = None  # the content-free log prior to subtract (else computed)
     rotations: int = 1
     head: Head | None = None
     demonstrations: tuple[Demonstration, ...] = ()
@@ -258,7 +262,9 @@ class Decider:
         cached = int(getattr(self.engine, "last_reused_tokens", 0))
         answers: list[Answer] = []
         for question, rule, item in zip(questions, rules, combined):
-            prior = self.prior(question, rule) if rule.prior_correction else None
+            prior = None
+            if rule.prior_correction:
+                prior = np.asarray(rule.prior) if rule.prior is not None else self.prior(question, rule)
             hidden = self.engine.hidden_state(item.prompt_tokens) if rule.head is not None else None
             answers.append(_answer(question, item.logprobs, item.lengths, rule, prior=prior, hidden=hidden,
                                    state_text=state_text))
