@@ -7,7 +7,7 @@ import pytest
 
 from llamadecide.decisions import Decider, Scoring, choice, predicate, score
 from llamadecide.decisions import maths
-from llamadecide.decisions.service import Head, rotate
+from llamadecide.decisions.service import Demonstration, Head, rotate
 from llamadecide.errors import InvalidRequestError
 
 from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY
@@ -31,6 +31,19 @@ def test_prior_correction_divides_out_the_content_free_answer(engine):
     # A content-free input is uniform after correction (up to the two inputs disagreeing).
     assert np.exp(prior).sum() == pytest.approx(1.0)
     assert corrected.probabilities != pytest.approx(plain.probabilities, abs=1e-3)
+
+
+def test_the_content_free_answers_do_not_depend_on_what_the_cache_held(engine):
+    decider = Decider(engine)
+    question = choice("What is the topic of this news article?", TOPIC)
+    first, _ = decider.content_free_scores(question)
+    decider.decide(NEWS, [question, predicate("The article is about money.")])
+    decider.decide("Another story entirely, about football and the weather.", [question], scoring=Scoring(rotations=2))
+    shown = (Demonstration("Stocks fell sharply on Monday.", 2), Demonstration("The striker scored twice.", 1))
+    decider.decide(NEWS, [question], scoring=Scoring(demonstrations=shown))  # pins a prefix sharing the system turn
+    again, _ = decider.content_free_scores(question)
+    engine.clear_cache()
+    assert np.array_equal(first, again)
 
 
 def test_the_prior_is_computed_once_per_question(engine, monkeypatch):

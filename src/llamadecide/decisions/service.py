@@ -282,8 +282,14 @@ class Decider:
     def content_free_scores(self, question: Question, *, rotations: int = 1,
                             demonstrations: Sequence[Demonstration] = ()) -> tuple[np.ndarray, np.ndarray]:
         """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
-        that carry no content (after the same demonstrations, if any)."""
+        that carry no content (after the same demonstrations, if any). Evaluated from an empty KV
+        cache: what the cache held before would move them by llama.cpp's layout noise (about 0.03
+        nats on the default model), and the prior must be the same in calibration, on every server
+        and in every run."""
         rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations))
+        clear = getattr(self.engine, "clear_cache", None)
+        if clear is not None:
+            clear()
         rows, lengths = [], []
         for text in maths.CONTENT_FREE_INPUTS:
             combined, _, _ = self._score(text, [question], [rule])
