@@ -14,8 +14,7 @@ from scipy.optimize import minimize, minimize_scalar
 from sklearn.model_selection import StratifiedKFold
 
 from llamadecide.decisions.lexical import LexicalModel, fit_lexical
-from llamadecide.decisions.maths import (content_free_prior, fuse_log_probabilities, head_features,
-                                          head_probabilities)
+from llamadecide.decisions.maths import content_free_prior, head_features, head_probabilities
 
 Kind = Literal["none", "temperature", "temperature+bias", "head"]
 
@@ -64,7 +63,7 @@ class HeadCalibrator:
             return P
         if texts is None:
             raise ValueError("a head with a lexical expert needs the input texts")
-        return fuse_log_probabilities([np.log(np.clip(P, 1e-300, None)), self.lexical.log_probabilities(texts)], self.mix)
+        return self.lexical.fuse(P, texts, self.mix)
 
 
 def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
@@ -85,14 +84,8 @@ def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
         inner = _fit_logistic(L[train], hidden[train], y[train], C=C)
         head_oof[held] = np.log(np.clip(inner.apply(L[held], None, hidden[held]), 1e-300, None))
         lexical_oof[held] = fit_lexical([texts[i] for i in train], y[train], k).log_probabilities([texts[i] for i in held])
-    rows = np.arange(len(y))
-
-    def held_out_nll(w: np.ndarray) -> float:
-        S = w[0] * head_oof + w[1] * lexical_oof
-        S = S - S.max(1, keepdims=True)
-        return float(-(S[rows, y] - np.log(np.exp(S).sum(1))).mean())
-
-    w = minimize(held_out_nll, np.array([0.5, 0.5]), method="L-BFGS-B", bounds=[(0.0, 5.0)] * 2).x
+    w = minimize(lambda w: _nll(w[0] * head_oof + w[1] * lexical_oof, y), np.array([0.5, 0.5]), method="L-BFGS-B",
+                 bounds=[(0.0, 5.0)] * 2).x
     return HeadCalibrator(head.weights, head.intercept, C, lexical, (float(w[0]), float(w[1])))
 
 

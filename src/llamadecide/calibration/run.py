@@ -291,7 +291,7 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
     for variant, data in scored.items():
         lengths = None if data.lengths is None else data.lengths[cal_idx]
         hidden = None if data.hidden is None else data.hidden[cal_idx]
-        texts = None if data.texts is None else [data.texts[i] for i in cal_idx]
+        texts = _texts(data, cal_idx)
         for candidate in candidates(data.lengths is not None, has_prior=data.content_free is not None,
                                     has_hidden=data.hidden is not None, has_texts=texts is not None):
             prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))

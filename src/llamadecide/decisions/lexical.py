@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from llamadecide.decisions import maths
+
 FEATURES = "char_wb-2-4-tfidf-1"  # the analyzer below; a profile names it, so a change is refused, not misread
 
 
@@ -44,6 +46,10 @@ class LexicalModel:
         logits = np.asarray(X @ self.weights.T) + self.intercept
         logits = logits - logits.max(-1, keepdims=True)
         return logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+
+    def fuse(self, head: np.ndarray, texts: Sequence[str], mix: tuple[float, float]) -> np.ndarray:
+        """softmax(a log p_head + b log p_lexical) for rows of head probabilities and their texts."""
+        return maths.fuse_log_probabilities([np.log(np.clip(head, 1e-300, None)), self.log_probabilities(texts)], mix)
 
 
 def fit_lexical(texts: Sequence[str], y: np.ndarray, k: int, *, C: float = 10.0) -> LexicalModel:

@@ -51,8 +51,7 @@ class Head:
             return P
         if text is None:
             raise ValueError("a head with a lexical expert needs the input text")
-        return maths.fuse_log_probabilities([np.log(np.clip(P, 1e-300, None)), self.lexical.log_probabilities([text])[0]],
-                                            self.mix)
+        return self.lexical.fuse(P[None, :], [text], self.mix)[0]
 
 
 @dataclass(frozen=True)
