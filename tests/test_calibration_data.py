@@ -41,6 +41,10 @@ def test_example_tasks_map_every_data_label():
     banking = load_task(EXAMPLES / "banking77.yaml")
     rows = read_labelled(DATA / "banking77" / "test.csv", text_column="text", label_column="category")
     assert len({banking.gold_index(r.label) for r in rows}) == 77
+    phrases = load_task(EXAMPLES / "banking77-phrases.yaml")  # the same intents, shown as plain phrases
+    assert [phrases.gold_index(r.label) for r in rows] == [banking.gold_index(r.label) for r in rows]
+    assert phrases.options[banking.gold_index("card_arrival")] == "card arrival"
+    assert phrases.options[banking.gold_index("Refund_not_showing_up")] == "refund not showing up"
 
 
 def test_unmapped_label_is_named():
