@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not quality.DATASETS["sst2"].path.exists(), reas
 def test_quality_bench_on_a_slice(tmp_path, capsys):
     out = tmp_path / "runs"
     code = quality.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--labelled", "30", "--test", "12",
-                         "--generate", "3", "--shots", "2", "--out", str(out), "--json", str(out / "r.json"), "--quiet"])
+                         "--generate", "3", "--shots", "2", "--nested", "--out", str(out), "--json", str(out / "r.json"), "--quiet"])
     assert code == 0
     [result] = json.loads((out / "r.json").read_text())
     methods = [(r["method"], r["variant"]) for r in result["rows"]]
@@ -27,6 +27,10 @@ def test_quality_bench_on_a_slice(tmp_path, capsys):
     assert next(r for r in result["rows"] if r["method"] == "2-shot")["labels_used"] == 2
     assert any(m == "head" for m, _ in methods) and any(m == "chosen by CV" for m, _ in methods)
     assert any(m == "head + lexical" for m, _ in methods)
+    chosen = [m for m, _ in methods].index("chosen by CV")
+    assert methods[chosen + 1][0] == "chosen by CV, nested"
+    nested = result["rows"][chosen + 1]
+    assert nested["labels_used"] == 24 and nested["variant"].startswith(methods[chosen][1])
     assert methods[-3:] == [("TF-IDF + LR (baseline)", "words"), ("TF-IDF + LR (baseline)", "char 2-4-grams"),
                             ("generate-and-parse (baseline)", "3 items")]
     for row in result["rows"]:
@@ -38,7 +42,7 @@ def test_quality_bench_on_a_slice(tmp_path, capsys):
     quality.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--labelled", "30", "--test", "12",
                   "--generate", "0", "--shots", "2", "--out", str(out), "--json", str(out / "again.json"), "--quiet"])
     again = json.loads((out / "again.json").read_text())[0]["rows"]
-    assert [r["accuracy"] for r in again] == [r["accuracy"] for r in result["rows"][:-1]]
+    assert [r["accuracy"] for r in again] == [r["accuracy"] for r in result["rows"][:-1] if r is not nested]
     capsys.readouterr()
     quality.main(["--markdown", str(out / "r.json")])
     assert "| TF-IDF + LR (baseline) | char 2-4-grams | 30 |" in capsys.readouterr().out
@@ -53,3 +57,23 @@ def test_measure_reports_guaranteed_coverage_only_when_the_bound_holds():
     coin = np.full((400, 2), 0.5)  # no information: nothing can be auto-handled at precision 0.9
     row = quality.measure(coin[200:], y[200:], coin[:200], y[:200])
     assert row["auto_coverage"] == 0.0 and row["threshold"] is None
+
+
+def test_the_nested_row_measures_the_chosen_method_on_held_out_labelled_folds():
+    from llamadecide.calibration.fitting import Candidate
+    from llamadecide.calibration.run import Variant, VariantScores
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 3, 300)
+    cal = np.arange(300)
+    variant = Variant("text")
+    candidate = Candidate("temperature", False)
+    fitted = {"text mode, temperature": (variant, candidate)}
+    result = {"label": "text mode, temperature"}
+    clear = VariantScores(np.log(np.where(y[:, None] == np.arange(3), 0.98, 0.01)), None, None, None)
+    row = quality.nested_row(result, fitted, {variant: clear}, cal, y)
+    assert row["labels_used"] == 240 and row["accuracy"] == 1.0
+    assert row["auto_coverage"] == 1.0 and row["auto_precision"] == 1.0
+    noise = VariantScores(rng.normal(size=(300, 3)), None, None, None)  # no information about y
+    row = quality.nested_row(result, fitted, {variant: noise}, cal, y)
+    assert row["accuracy"] < 0.5 and row["auto_coverage"] == 0.0 and row["auto_precision"] is None

@@ -1,7 +1,7 @@
 """Decision quality on real labelled data (a script that prints figures, not a timed test).
 
-    python -m llamadecide.bench.quality [--model NAME ...] [--dataset agnews sst2 banking77]
-        [--labelled N] [--test N] [--rotations R] [--shots K] [--generate N] [--out DIR] [--json FILE]
+    python -m llamadecide.bench.quality [--model NAME ...] [--dataset agnews sst2 banking77 banking77-phrases]
+        [--labelled N] [--test N] [--rotations R] [--shots K] [--generate N] [--nested] [--out DIR] [--json FILE]
 
 Per model and data set: a seeded split into a labelled (calibration) part and a test part. Every
 method is chosen or fitted on the labelled part only and measured on the test part: accuracy,
@@ -9,6 +9,8 @@ macro-F1, NLL, ECE, and the share of test items handled automatically at precisi
 from held-out labelled-part probabilities with the Clopper-Pearson bound at 95% confidence), with
 the precision those items really had. Baselines on the same split: TF-IDF + logistic regression
 trained on the labelled part, and generate-and-parse (greedy chat answer, parsed for an option).
+With --nested, the chosen method is also measured by nested cross-validation on the labelled part,
+which checks its threshold's guarantee on several times as many items as a small test part holds.
 Scores are cached under DIR, so a re-run (or an interrupted one) only computes what is missing.
 """
 
@@ -30,7 +32,7 @@ from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import LocalBackend
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.data import LabelledItem, Task, load_task, read_labelled
-from llamadecide.calibration.fitting import Candidate
+from llamadecide.calibration.fitting import Candidate, splitter
 from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, apply_variant, fit_variant, out_of_fold,
                                          score_variants, select, split)
 from llamadecide.calibration.thresholds import evaluate_threshold, select_threshold
@@ -57,6 +59,8 @@ DATASETS = {
     "agnews": Dataset(SHARED / "agnews" / "test.tsv", ROOT / "examples" / "agnews.yaml", "0", "1", 500, 300),
     "sst2": Dataset(SHARED / "sst2" / "dev.tsv", ROOT / "examples" / "sst2.yaml", "sentence", "label", 500, 300),
     "banking77": Dataset(SHARED / "banking77" / "test.csv", ROOT / "examples" / "banking77.yaml", "text", "category", 1000, 300),
+    "banking77-phrases": Dataset(SHARED / "banking77" / "test.csv", ROOT / "examples" / "banking77-phrases.yaml", "text",
+                                 "category", 1000, 300),
 }
 TARGET = 0.9
 CONFIDENCE = 0.95
@@ -131,9 +135,11 @@ def generate_and_parse(engine: Engine, task: Task, items: list[LabelledItem], y:
     return {"accuracy": hits / n, "invalid_rate": invalid / n, "seconds_p50": float(np.median(seconds)), "items": n}
 
 
-def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_idx: np.ndarray, y: np.ndarray) -> list[dict]:
+def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_idx: np.ndarray, y: np.ndarray, *,
+                nested: bool = False) -> list[dict]:
     """Zero-shot (or k-shot) and prior-corrected (no labels fitted) for each variant, the best head
-    for each variant, and the method `llamadecide calibrate` would choose."""
+    for each variant, the method `llamadecide calibrate` would choose, and (`nested`) that method
+    measured by nested cross-validation on the labelled part."""
     y_cal, y_test = y[cal_idx], y[test_idx]
     rows = []
     for variant, data in scored.items():
@@ -154,7 +160,10 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
                     == (variant.mode, variant.rotations, variant.shots, lexical)]
             if mine:
                 rows.append(_fitted_row(name, min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
-    rows.append(_fitted_row("chosen by CV", min(results, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
+    best = min(results, key=lambda r: r["cv_nll"])
+    rows.append(_fitted_row("chosen by CV", best, fitted, scored, cal_idx, test_idx, y))
+    if nested:
+        rows.append(nested_row(best, fitted, scored, cal_idx, y))
     return rows
 
 
@@ -166,6 +175,32 @@ def _fitted_row(name: str, result: dict, fitted: dict, scored: dict, cal_idx: np
     oof = out_of_fold(candidate, data, cal_idx, y[cal_idx])
     return {"method": name, "variant": result["label"], "labels_used": len(cal_idx),
             **measure(apply_variant(calibrator, data, test_idx), y[test_idx], oof, y[cal_idx])}
+
+
+def nested_row(result: dict, fitted: dict, scored: dict, cal_idx: np.ndarray, y: np.ndarray, *, folds: int = 5,
+               seed: int = 1) -> dict:
+    """The method chosen by CV, measured on the labelled part itself, with several times the items of
+    a small test part: in each of `folds` outer folds, the threshold is chosen on out-of-fold
+    probabilities of the other folds and the calibrator is refitted on them, as `calibrate` does on
+    the whole part; the figures are pooled over the held-out folds. The method was chosen on the
+    whole part, so this checks the fit and the threshold's guarantee, not the choice."""
+    variant, candidate = fitted[result["label"]]
+    data = scored[variant]
+    y_cal = y[cal_idx]
+    P = np.zeros((len(cal_idx), data.L.shape[1]))
+    auto = np.zeros(len(cal_idx), dtype=bool)
+    for train, held in splitter(data.L[cal_idx], y_cal, folds, seed):
+        oof = out_of_fold(candidate, data, cal_idx[train], y_cal[train])
+        threshold = select_threshold(confidence(oof), oof.argmax(1) == y_cal[train], target=TARGET,
+                                     confidence_level=CONFIDENCE)
+        P[held] = apply_variant(fit_variant(candidate, data, cal_idx[train], y_cal[train]), data, cal_idx[held])
+        if threshold is not None:
+            auto[held] = confidence(P[held]) >= threshold.threshold
+    correct = P.argmax(1) == y_cal
+    row = measure(P, y_cal, None, y_cal)
+    row.update(auto_coverage=float(auto.mean()), auto_precision=float(correct[auto].mean()) if auto.any() else None)
+    return {"method": "chosen by CV, nested", "variant": f"{result['label']}; labelled part, {folds} outer folds",
+            "labels_used": int(round(len(cal_idx) * (folds - 1) / folds)), **row}
 
 
 def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, console: Console) -> dict:
@@ -183,7 +218,7 @@ def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, conso
         scored = score_variants(LocalBackend(engine), task, items, used, config, cache, pool=cal_idx)
     finally:
         cache.close()
-    rows = method_rows(scored, cal_idx, test_idx, y)
+    rows = method_rows(scored, cal_idx, test_idx, y, nested=args.nested)
     rows.append({"method": "TF-IDF + LR (baseline)", "variant": "words", "labels_used": len(cal_idx),
                  **tfidf_baseline(items, y, cal_idx, test_idx, len(task.options))})
     rows.append({"method": "TF-IDF + LR (baseline)", "variant": "char 2-4-grams", "labels_used": len(cal_idx),
@@ -240,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", nargs="+", default=["qwen2.5-coder-1.5b-instruct"],
                         help="bundled model names or GGUF paths")
-    parser.add_argument("--dataset", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    parser.add_argument("--dataset", nargs="+", default=["agnews", "sst2", "banking77"], choices=list(DATASETS),
+                        help="data sets (banking77-phrases: Banking77 with its intents shown as plain phrases)")
     parser.add_argument("--labelled", type=int, default=None, help="labelled (calibration) items; default per data set")
     parser.add_argument("--test", type=int, default=None, help="test items; default per data set")
     parser.add_argument("--rotations", type=int, default=4, help="labels-mode rotations (data sets with few options)")
@@ -250,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=["text", "labels"], choices=["text", "labels"],
                         help="scoring modes to measure (text alone halves the cost on many-option sets)")
     parser.add_argument("--generate", type=int, default=100, help="test items for generate-and-parse (0: skip)")
+    parser.add_argument("--nested", action="store_true",
+                        help="also measure the chosen method by nested cross-validation on the labelled part "
+                             "(its threshold's guarantee on several times the items of the test part)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("runs/quality"))
