@@ -35,7 +35,7 @@ from llamadecide.calibration.data import LabelledItem, Task, load_task, read_lab
 from llamadecide.calibration.fitting import Candidate, splitter
 from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, apply_variant, fit_variant, out_of_fold,
                                          score_variants, select, split)
-from llamadecide.calibration.thresholds import evaluate_threshold, select_threshold
+from llamadecide.calibration.thresholds import Threshold, evaluate_threshold, select_threshold
 from llamadecide.decisions import lexical
 from llamadecide.decisions.maths import confidence
 from llamadecide.engine import Engine, EngineConfig, SamplingParams, resolve_model_path
@@ -75,12 +75,16 @@ def measure(P: np.ndarray, y: np.ndarray, P_cal_oof: np.ndarray | None, y_cal: n
            "nll": metrics.nll(P, y), "ece": metrics.ece(P, y)}
     row.update(auto_coverage=0.0, auto_precision=None, threshold=None)
     if P_cal_oof is not None:
-        threshold = select_threshold(confidence(P_cal_oof), P_cal_oof.argmax(1) == y_cal, target=TARGET,
-                                     confidence_level=CONFIDENCE)
+        threshold = guaranteed_threshold(P_cal_oof, y_cal)
         if threshold is not None:
             test = evaluate_threshold(confidence(P), pred == y, threshold.threshold)
             row.update(auto_coverage=test["coverage"], auto_precision=test["precision"], threshold=threshold.threshold)
     return row
+
+
+def guaranteed_threshold(P_oof: np.ndarray, y: np.ndarray) -> Threshold | None:
+    """The threshold chosen on held-out labelled-part probabilities for TARGET precision at CONFIDENCE."""
+    return select_threshold(confidence(P_oof), P_oof.argmax(1) == y, target=TARGET, confidence_level=CONFIDENCE)
 
 
 def tfidf_baseline(items: list[LabelledItem], y: np.ndarray, cal_idx: np.ndarray, test_idx: np.ndarray, k: int,
@@ -191,8 +195,7 @@ def nested_row(result: dict, fitted: dict, scored: dict, cal_idx: np.ndarray, y:
     auto = np.zeros(len(cal_idx), dtype=bool)
     for train, held in splitter(data.L[cal_idx], y_cal, folds, seed):
         oof = out_of_fold(candidate, data, cal_idx[train], y_cal[train])
-        threshold = select_threshold(confidence(oof), oof.argmax(1) == y_cal[train], target=TARGET,
-                                     confidence_level=CONFIDENCE)
+        threshold = guaranteed_threshold(oof, y_cal[train])
         P[held] = apply_variant(fit_variant(candidate, data, cal_idx[train], y_cal[train]), data, cal_idx[held])
         if threshold is not None:
             auto[held] = confidence(P[held]) >= threshold.threshold

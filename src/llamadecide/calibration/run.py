@@ -265,7 +265,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         task=summary["task"], mode=variant.mode, calibrator=chosen.kind, length_normalize=chosen.length_normalize,
         temperature=getattr(chosen, "temperature", 1.0), bias=list(chosen.bias) if getattr(chosen, "bias", None) else None,
         method=candidate.method, prior_correction=candidate.prior_correction,
-        prior=list(chosen.prior) if getattr(chosen, "prior", None) else None, rotations=variant.rotations,
+        prior=summary["chosen"]["prior"], rotations=variant.rotations,
         demonstrations=[DemonstrationParams(input=d.input, option=d.option) for d in data.demonstrations] or None,
         head=HeadParams.from_calibrator(chosen) if isinstance(chosen, HeadCalibrator) else None,
         threshold=threshold.threshold if threshold else None, target_precision=config.target_precision,

@@ -261,9 +261,7 @@ class Decider:
         cached = int(getattr(self.engine, "last_reused_tokens", 0))
         answers: list[Answer] = []
         for question, rule, item in zip(questions, rules, combined):
-            prior = None
-            if rule.prior_correction:
-                prior = np.asarray(rule.prior) if rule.prior is not None else self.prior(question, rule)
+            prior = self.prior(question, rule) if rule.prior_correction else None
             hidden = self.engine.hidden_state(item.prompt_tokens) if rule.head is not None else None
             answers.append(_answer(question, item.logprobs, item.lengths, rule, prior=prior, hidden=hidden,
                                    state_text=state_text))
@@ -297,8 +295,11 @@ class Decider:
         return np.asarray(rows), np.asarray(lengths, dtype=np.float64)
 
     def prior(self, question: Question, rule: Scoring) -> np.ndarray:
-        """The question's content-free log prior over its options (cached per question, options,
-        mode, rotations, demonstrations and normalisation)."""
+        """The question's content-free log prior over its options: the rule's fixed one (a profile's),
+        else computed (cached per question, options, mode, rotations, demonstrations and
+        normalisation)."""
+        if rule.prior is not None:
+            return np.asarray(rule.prior)
         key = (question.type, question.instructions, question.options, question.mode, rule.rotations,
                rule.demonstrations, rule.length_normalize)
         cached = self._priors.get(key)
