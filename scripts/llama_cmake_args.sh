@@ -3,9 +3,10 @@
 # We do not use GGML_NATIVE: -march=native also enables AMX, and ggml's AMX matmul crashes
 # (SIGSEGV in ggml_backend_amx_mul_mat) on virtual machines that advertise AMX without
 # granting it. Instead every x86 feature the CPU reports is turned on explicitly, AMX excepted.
-# Extra arguments (e.g. -DGGML_CUDA=on) are appended.
+# The multimodal library (mtmd, formerly LLAVA) is not built: the engine never loads it, and it is
+# a large share of the compile. Extra arguments (e.g. -DGGML_CUDA=on) are appended.
 set -euo pipefail
-args=()
+args=(-DLLAVA_BUILD=OFF)
 if [ "$(uname -m)" = "x86_64" ] && [ -r /proc/cpuinfo ]; then
   flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
   has() { [[ "$flags" == *" $1 "* ]]; }

@@ -90,7 +90,7 @@ def test_http_and_sagemaker_backends_match_local(local_run, slice_file, server, 
         def invoke_endpoint(self, **kwargs):
             assert kwargs["EndpointName"] == "llamadecide-test" and kwargs["ContentType"] == "application/json"
             response = httpx.post(f"{server.url}/invocations", content=kwargs["Body"], timeout=60,
-                                  headers={"Content-Type": kwargs["ContentType"],
+                                  headers={"Content-Type": kwargs["ContentType"], "Authorization": f"Bearer {API_KEY}",
                                            "X-Amzn-SageMaker-Custom-Attributes": kwargs["CustomAttributes"]})
             assert response.status_code == 200, response.text
             return {"Body": io.BytesIO(response.content), "ContentType": "application/json"}
@@ -126,8 +126,32 @@ def test_profile_is_served_and_mismatches_are_refused(local_run, tmp_path):
         assert refused.status_code == 422 and refused.json()["error"]["code"] == "profile_mismatch"
         unknown = httpx.post(f"{server.url}/v1/decisions", json={**body, "llamadecide": {"profile": "nope"}}, timeout=60)
         assert unknown.status_code == 400 and "loaded" in unknown.json()["error"]["message"]
-    # a profile fitted for another model file is refused when the server loads it
+    # a profile fitted for another model file, or a file that is no profile, is left out (named in
+    # the error of a request for it) while the model serves the good ones
     other = profile.model_copy(update={"model_sha256": "0" * 64, "name": "other"})
     other.save(profiles / "other.json")
-    with pytest.raises(RuntimeError):
-        ServerProcess("--profiles-dir", str(profiles)).start(timeout=30)
+    (profiles / "notes.json").write_text('{"hello": 1}')
+    with ServerProcess("--profiles-dir", str(profiles)) as server:
+        assert httpx.get(f"{server.url}/ping", timeout=10).status_code == 200
+        assert httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]["calibrated"]
+        refused = httpx.post(f"{server.url}/v1/decisions", json={**body, "llamadecide": {"profile": "other"}}, timeout=60)
+        message = refused.json()["error"]["message"]
+        assert refused.status_code == 400 and "other.json" in message and "recalibrate" in message
+        assert "notes.json" in message and "not a calibration profile" in message
+
+
+def test_a_calibrate_output_folder_is_served_as_it_is(local_run):
+    """The README's flow: `serve --profiles-dir` straight on a `calibrate --out` folder, whose
+    summary.json is not a profile."""
+    from llamadecide.bench.server_process import ServerProcess
+
+    out, _ = local_run
+    assert (out / "summary.json").is_file()
+    profile = CalibrationProfile.load(out / "profile.json")
+    body = {"model": "m", "input": "Stocks rallied as the central bank held rates.", "llamadecide": {"profile": profile.name},
+            "questions": [{"type": "choice", "instructions": profile.task["instructions"],
+                           "choices": [{"value": v} for v in profile.task["options"]]}]}
+    with ServerProcess("--profiles-dir", str(out)) as server:
+        assert httpx.get(f"{server.url}/ping", timeout=10).status_code == 200
+        answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]
+        assert answer["calibrated"] is True and answer["profile"] == profile.name

@@ -48,6 +48,34 @@ def post(server, path, body=None, *, content=None, headers=None):
 
 @pytest.mark.usefixtures("healthy")
 class TestBadInput:
+    @pytest.mark.parametrize("path, raw, field", [
+        ("/v1/decisions", '{"model": "m", "input": "x", "questions": [{"type": "choice", "instructions": "Which?", '
+                          '"choices": [{"value": "\\ud800"}, {"value": "b"}]}]}', "questions.0.choices.0.value"),
+        ("/v1/systemone", '{"state": {"\\ud800": 1}, "questions": {"q": {"type": "noul", "instructions": "x"}}}', "state."),
+        ("/v1/systemone", '{"state": "x", "questions": {"\\udc00id": {"type": "noul", "instructions": "x"}}}', "questions."),
+        ("/v1/chat/completions", '{"model": "m", "messages": [{"role": "user", "content": "hi \\ud83d"}]}',
+         "messages.0.content"),
+        ("/invocations", '{"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "\\udfff"}]}',
+         "questions.0.instructions"),
+    ])
+    def test_lone_surrogates_are_a_400_naming_the_field(self, server, path, raw, field):
+        response = post(server, path, content=raw.encode(), headers={"content-type": "application/json"})
+        assert_error(response, 400, contains="surrogate")
+        assert response.json()["error"]["param"].startswith(field)
+        if path == "/v1/systemone":
+            assert response.json()["detail"]["message"]  # TypeSafe's shape too
+
+    @pytest.mark.parametrize("raw", [b"[" * 100_000 + b"]" * 100_000,
+                                     b'{"state": ' + b'{"a": ' * 5_000 + b"1" + b"}" * 5_000 + b', "questions": {}}'])
+    def test_deep_nesting_is_a_400_on_every_route(self, server, raw):
+        for path in ("/invocations", "/v1/decisions", "/v1/systemone"):
+            assert_error(post(server, path, content=raw, headers={"content-type": "application/json"}), 400,
+                         contains="nests deeper")
+
+    def test_a_long_request_id_is_cut(self, server):
+        response = post(server, "/v1/decisions", decision(), headers={"X-Request-Id": "r" * 60_000})
+        assert response.status_code == 200 and response.headers["x-request-id"] == "r" * 128
+
     def test_malformed_json(self, server):
         assert_error(post(server, "/v1/decisions", content=b'{"model": "m", "input": ', headers={"content-type": "application/json"}),
                      400, contains="JSON")
@@ -139,12 +167,18 @@ class TestAuth:
         assert httpx.get(f"{server.url}/ping", timeout=120).status_code == 200
         assert httpx.get(f"{server.url}/health", timeout=120).status_code == 200
         assert httpx.get(f"{server.url}/", timeout=120).status_code == 200
-        # SageMaker forwards no Authorization header; /invocations must not need the key
-        assert httpx.post(f"{server.url}/invocations", json=decision(), timeout=120).status_code == 200
+
+    def test_invocations_needs_the_key_when_one_is_set(self, server):
+        # (SageMaker's entrypoint sets no key, so there it needs none: test_sagemaker_container)
+        assert_error(httpx.post(f"{server.url}/invocations", json=decision(), timeout=120), 401)
+        body = {"state": TICKET, "questions": {"t": {"type": "noul", "instructions": "refund?"}}}
+        assert_error(httpx.post(f"{server.url}/invocations", json=body, timeout=120), 401)
+        assert httpx.post(f"{server.url}/invocations", json=decision(), headers=AUTH, timeout=120).status_code == 200
 
 
 class TestSageMaker:
-    HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}  # as invoke_endpoint sends
+    # as invoke_endpoint sends, plus the key this shared server is started with
+    HEADERS = {"Content-Type": "application/json", "Accept": "application/json", **AUTH}
 
     def invoke(self, server, body, attributes=None):
         headers = dict(self.HEADERS)

@@ -129,6 +129,8 @@ class Settings(BaseSettings):
     n_threads_batch: int | None = Field(None, ge=1, description="CPU threads for batch evaluation (default: n_threads)")
     n_gpu_layers: int = Field(0, ge=-1, description="Layers offloaded to the GPU: 0 CPU only, -1 all")
     n_seq_max: int = Field(0, ge=0, description="KV sequences (options scored at once); 0: llama.cpp's maximum")
+    pinned_prefixes: int = Field(8, ge=0, description="Question prefixes (question-first layout, demonstrations) kept evaluated across requests; each is one KV sequence fewer for options")
+    pinned_cells: int = Field(0, ge=0, description="Most KV cells the pinned prefixes hold together (0: half of n_ctx); a longer prefix is evaluated per request")
     seed: int = Field(0, description="Sampling seed")
     flash_attn: bool = Field(False, description="Use flash attention")
     no_mmap: bool = Field(False, description="Read the model into memory instead of mapping it")
@@ -140,7 +142,8 @@ class Settings(BaseSettings):
     # server
     host: str = Field("127.0.0.1", description="Address to listen on")
     port: int = Field(8000, ge=1, le=65535, description="Port to listen on")
-    api_key: str | None = Field(None, description="Require Authorization: Bearer <key> on /v1 routes")
+    api_key: str | None = Field(None, description="Require Authorization: Bearer <key> on /v1 routes, /invocations and /metrics")
+    open_invocations: bool = Field(False, description="/invocations needs no key even with api_key set (the SageMaker entrypoint's default: SageMaker authenticates callers at its edge)")
     max_body_bytes: int = Field(6_291_456, ge=1024, description="Largest request body accepted (SageMaker's limit)")
     max_questions: int = Field(400, ge=1, description="Most questions in one decision request")
     max_options: int = Field(255, ge=2, description="Most options in one question")
@@ -180,6 +183,8 @@ class Settings(BaseSettings):
             n_threads_batch=self.n_threads_batch,
             n_gpu_layers=self.n_gpu_layers,
             n_seq_max=self.n_seq_max,
+            pinned_prefixes=self.pinned_prefixes,
+            pinned_cells=self.pinned_cells,
             seed=self.seed,
             flash_attn=self.flash_attn,
             use_mmap=not self.no_mmap,

@@ -4,6 +4,7 @@ format they were fitted on. The server loads them from a directory and applies t
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -11,6 +12,10 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
 from llamadecide.decisions import lexical
 from llamadecide.errors import InvalidRequestError, ModelLoadError, ProfileMismatchError
+
+log = logging.getLogger(__name__)
+
+PROFILE_FILE = "profile.json"  # what `calibrate --out DIR` writes beside its summary.json and report
 
 
 class LexicalParams(BaseModel):
@@ -144,7 +149,8 @@ class CalibrationProfile(BaseModel):
                                     bias=tuple(self.bias) if self.bias else None, prior_correction=self.prior_correction,
                                     prior=tuple(self.prior) if self.prior is not None else None,
                                     rotations=self.rotations, head=head,
-                                    demonstrations=tuple(Demonstration(d.input, d.option) for d in self.demonstrations or ()))
+                                    demonstrations=tuple(Demonstration(d.input, d.option) for d in self.demonstrations or ()),
+                                    layout=self.prompt_format)
         return self._scoring
 
     def save(self, path: Path) -> None:
@@ -154,15 +160,15 @@ class CalibrationProfile(BaseModel):
     def load(cls, path: Path) -> "CalibrationProfile":
         return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
 
-    def check_bound_to(self, model_sha256: str, prompt_format: str) -> None:
+    def check_bound_to(self, model_sha256: str, prompt_formats: tuple[str, ...]) -> None:
         if self.model_sha256 != model_sha256:
             raise ProfileMismatchError(
                 f"profile {self.name!r} was fitted for model {self.model_sha256[:12]}…, this server runs "
                 f"{model_sha256[:12]}…; recalibrate for this model", param="llamadecide.profile")
-        if self.prompt_format != prompt_format:
+        if self.prompt_format not in prompt_formats:
             raise ProfileMismatchError(
-                f"profile {self.name!r} was fitted with prompt format {self.prompt_format!r}, this server uses "
-                f"{prompt_format!r}; recalibrate", param="llamadecide.profile")
+                f"profile {self.name!r} was fitted with prompt format {self.prompt_format!r}, this server knows "
+                f"{', '.join(prompt_formats)}; recalibrate", param="llamadecide.profile")
 
     def check_options(self, kind: str, values: list[Any]) -> None:
         expected = [json.dumps(v) for v in self.task["options"]]
@@ -172,17 +178,36 @@ class CalibrationProfile(BaseModel):
                 f"the question has {values}", param="llamadecide.profile")
 
 
-class ProfileStore:
-    """Every *.json profile in a directory, refused at start-up if bound to another model."""
+def profile_files(directory: Path) -> list[Path]:
+    """The profiles in a directory: a `calibrate --out` folder is one profile (its profile.json; its
+    summary.json is not a profile), and so is each such folder inside it; any other *.json file
+    directly in it is a profile file of its own (a folder of copied profiles)."""
+    directory = Path(directory)
+    if (directory / PROFILE_FILE).is_file():
+        return [directory / PROFILE_FILE]
+    return sorted([*directory.glob("*.json"), *directory.glob(f"*/{PROFILE_FILE}")])
 
-    def __init__(self, directory: Path, model_sha256: str, prompt_format: str) -> None:
+
+class ProfileStore:
+    """The profiles of a directory (`profile_files`). A file that is not a valid profile, or one bound
+    to another model or an unknown prompt format, is left out with its reason logged and reported to
+    any request naming it: one bad file never keeps the model from serving the others."""
+
+    def __init__(self, directory: Path, model_sha256: str, prompt_formats: tuple[str, ...]) -> None:
         self.profiles: dict[str, CalibrationProfile] = {}
+        self.refused: dict[str, str] = {}  # file -> why it is not served
         directory = Path(directory)
         if not directory.is_dir():
             raise ModelLoadError(f"profiles directory {directory} does not exist")
-        for path in sorted(directory.glob("*.json")):
-            profile = CalibrationProfile.load(path)
-            profile.check_bound_to(model_sha256, prompt_format)
+        for path in profile_files(directory):
+            try:
+                profile = CalibrationProfile.load(path)
+                profile.check_bound_to(model_sha256, prompt_formats)
+            except (ValueError, OSError, ProfileMismatchError) as exc:
+                reason = str(exc).splitlines()[0] if not isinstance(exc, ValueError) else _first_error(exc)
+                self.refused[str(path)] = reason
+                log.error("calibration profile %s is not served: %s", path, reason)
+                continue
             self.profiles[profile.name] = profile
 
     def get(self, name: str) -> CalibrationProfile:
@@ -190,5 +215,15 @@ class ProfileStore:
             return self.profiles[name]
         except KeyError:
             known = ", ".join(sorted(self.profiles)) or "none"
-            raise InvalidRequestError(f"unknown calibration profile {name!r} (loaded: {known})",
+            refused = "".join(f"; not served: {path} ({why})" for path, why in self.refused.items())
+            raise InvalidRequestError(f"unknown calibration profile {name!r} (loaded: {known}{refused})",
                                       param="llamadecide.profile") from None
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "file"
+        return f"not a calibration profile: {where}: {first.get('msg')} ({len(errors())} errors)"
+    return str(exc).splitlines()[0]

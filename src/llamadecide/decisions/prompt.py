@@ -1,14 +1,17 @@
-"""The versioned prompt format. Changing any text here changes every probability: bump
-PROMPT_FORMAT_VERSION, since calibration profiles are bound to it.
+"""The versioned prompt formats. Changing any text here changes every probability: add a new
+version instead, since calibration profiles are bound to the format they were fitted with.
 
-Layout (llamadecide-1): a fixed system instruction; one user turn holding the state first and
-the question after it; the assistant turn opened by the model's chat template. The state comes
-first so that several questions about one state share its evaluated KV prefix.
+`llamadecide-1` (state first): a fixed system instruction; one user turn holding the state first
+and the question after it; the assistant turn opened by the model's chat template. Several
+questions about one state share the state's evaluated KV prefix. Demonstrations (k-shot) are
+earlier exchanges in the same layout, each repeating the question, placed after the system
+instruction.
 
-Demonstrations (k-shot, chosen by calibration from labelled items) are earlier exchanges in the
-same layout, each a user turn with its input and the question and an assistant turn with its
-answer, placed after the system instruction: every item asked with the same demonstrations shares
-their evaluated KV prefix. Without demonstrations the prompt is unchanged.
+`llamadecide-2` (question first): the system instruction and the question block (instructions and
+every allowed answer) open the conversation, with demonstrations as earlier `input -> answer`
+exchanges; only the last user turn, the input with a short recap of the question, depends on the
+request. Every request asking the same question shares that prefix (the engine pins it), so a
+decision pays for its input, not for the question it repeats.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from typing import Any, Sequence
 from llamadecide.decisions.questions import Question
 from llamadecide.errors import InvalidRequestError
 
-PROMPT_FORMAT_VERSION = "llamadecide-1"
+PROMPT_FORMAT_VERSION = "llamadecide-1"  # the default layout
+QUESTION_FIRST = "llamadecide-2"
+PROMPT_FORMATS = (PROMPT_FORMAT_VERSION, QUESTION_FIRST)
 
 SYSTEM_PROMPT = (
     "You are a careful classifier. Read the input, then answer the question about it with "
@@ -40,7 +45,14 @@ def render_state(state: Any) -> str:
     return text
 
 
-def question_block(question: Question) -> str:
+def check_layout(layout: str) -> str:
+    if layout not in PROMPT_FORMATS:
+        raise InvalidRequestError(f"unknown prompt format {layout!r}; known: {', '.join(PROMPT_FORMATS)}",
+                                  param="prompt_format")
+    return layout
+
+
+def question_block(question: Question, *, closing: bool = True) -> str:
     answers = question.answer_texts()
     lines = [f"Question: {question.instructions.strip()}"]
     if question.type == "predicate":
@@ -58,14 +70,21 @@ def question_block(question: Question) -> str:
                 lines.append(f"- {answer} = {shown}")
         else:
             lines.append(f"- {answer}" + (f" ({described})" if described else ""))
-    lines.append("Answer:" if question.mode == "text" else "Answer with the label only:")
+    if closing:
+        lines.append(answer_prompt(question))
     return "\n".join(lines)
 
 
-def build_messages(state_text: str, question: Question,
-                   demonstrations: Sequence[tuple[str, str]] = ()) -> list[dict[str, str]]:
+def answer_prompt(question: Question) -> str:
+    return "Answer:" if question.mode == "text" else "Answer with the label only:"
+
+
+def build_messages(state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]] = (),
+                   layout: str = PROMPT_FORMAT_VERSION) -> list[dict[str, str]]:
     """The chat for one question about one state; `demonstrations` are (input text, answer text)
-    exchanges shown before it."""
+    exchanges shown before it. Every message but the last is the same for every state."""
+    if check_layout(layout) == QUESTION_FIRST:
+        return _question_first(state_text, question, demonstrations)
     block = question_block(question)
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     for text, answer in demonstrations:
@@ -73,3 +92,22 @@ def build_messages(state_text: str, question: Question,
         messages.append({"role": "assistant", "content": answer})
     messages.append({"role": "user", "content": f"Input:\n{state_text}\n\n{block}"})
     return messages
+
+
+def _question_first(state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": question_block(question, closing=False) + "\n\n" + SESSION_OPENING},
+                {"role": "assistant", "content": SESSION_ACKNOWLEDGEMENT}]
+    for text, answer in demonstrations:
+        messages.append({"role": "user", "content": _question_first_turn(text, question)})
+        messages.append({"role": "assistant", "content": answer})
+    messages.append({"role": "user", "content": _question_first_turn(state_text, question)})
+    return messages
+
+
+SESSION_OPENING = "Each of my next messages is one input. Answer the question about it with one allowed answer."
+SESSION_ACKNOWLEDGEMENT = "Understood."
+
+
+def _question_first_turn(text: str, question: Question) -> str:
+    return f"Input:\n{text}\n\nQuestion: {question.instructions.strip()}\n{answer_prompt(question)}"

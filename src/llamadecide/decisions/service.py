@@ -12,9 +12,9 @@ import numpy as np
 
 from llamadecide.decisions import maths
 from llamadecide.decisions.lexical import LexicalModel
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, build_messages, render_state
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST, build_messages, check_layout, render_state
 from llamadecide.decisions.questions import OptionValue, Question
-from llamadecide.errors import InvalidRequestError
+from llamadecide.errors import ContextOverflowError, InvalidRequestError
 
 
 class ScoringEngine(Protocol):
@@ -76,7 +76,10 @@ class Scoring:
     does not recompute it: the recomputed value moves by llama.cpp's KV-layout noise, which on a
     balanced two-option question can flip answers near the boundary).
     A head replaces the softmax by a fitted classifier over the log-likelihoods and hidden state.
-    demonstrations are answered examples put before the question (see `prompt.build_messages`)."""
+    demonstrations are answered examples put before the question (see `prompt.build_messages`).
+    layout is the prompt format the question is asked in (`prompt.PROMPT_FORMATS`): it belongs to
+    the question (its profile), never to one request, so an answer does not depend on what else
+    was asked."""
 
     temperature: float = 1.0
     length_normalize: bool = False
@@ -86,6 +89,7 @@ class Scoring:
     rotations: int = 1
     head: Head | None = None
     demonstrations: tuple[Demonstration, ...] = ()
+    layout: str = PROMPT_FORMAT_VERSION
 
 
 @dataclass(frozen=True)
@@ -167,8 +171,9 @@ class Decider:
         self._priors: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._prior_cache_size = prior_cache_size
 
-    def _tokenize(self, state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]] = ()) -> _Scored:
-        prompt_text = self.engine.render_chat(build_messages(state_text, question, demonstrations))
+    def _tokenize(self, state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]] = (),
+                  layout: str = PROMPT_FORMAT_VERSION) -> _Scored:
+        prompt_text = self.engine.render_chat(build_messages(state_text, question, demonstrations, layout))
         prompt_tokens = self.engine.tokenize_prompt(prompt_text)
         sequences: list[list[int]] = []
         boundaries: list[int] = []
@@ -193,8 +198,14 @@ class Decider:
     def _score(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring]) -> tuple[list[_Combined], int, int]:
         """Per question, every option of every rotation in one batched evaluation, and each option's
         log-likelihood averaged over its rotations, in the question's own option order."""
+        for rule in rules:
+            if check_layout(rule.layout) == QUESTION_FIRST and rule.rotations > 1:
+                raise InvalidRequestError(f"rotations need the state-first prompt format {PROMPT_FORMAT_VERSION!r}: "
+                                          f"in {QUESTION_FIRST!r} each rotation would be a question prefix of its own",
+                                          param="rotations")
         per_question: list[list[tuple[int, _Scored]]] = [
-            [(shift, self._tokenize(state_text, rotate(question, shift), _shown(question, rule.demonstrations, shift)))
+            [(shift, self._tokenize(state_text, rotate(question, shift), _shown(question, rule.demonstrations, shift),
+                                    rule.layout))
              for shift in rotation_shifts(question, rule.rotations)]
             for question, rule in zip(questions, rules)]
         combined: list[_Combined] = []
@@ -202,12 +213,15 @@ class Decider:
         # cached prefix it shares with the previous one. Scoring each question in a layout of its
         # own makes its answer exactly the same whether it is asked alone or beside other questions.
         for question, rule, variants in zip(questions, rules, per_question):
-            if rule.demonstrations:
-                self._pin_demonstrations(state_text, question, rule, variants[0][1].prompt_tokens)
+            if rule.demonstrations or rule.layout == QUESTION_FIRST:
+                self._pin_question_prefix(state_text, question, rule, variants[0][1].prompt_tokens)
             group = [s for _, item in variants for s in item.sequences]
             local = min(_common_prefix(group), min(b for _, item in variants for b in item.boundaries),
                         min(len(s) for s in group) - 1)
-            rows = iter(self.engine.score_continuations(group[0][:local], [s[local:] for s in group]))
+            try:
+                rows = iter(self.engine.score_continuations(group[0][:local], [s[local:] for s in group]))
+            except ContextOverflowError as exc:
+                raise ContextOverflowError(f"question {_describe(question)}: {exc}", param=exc.param) from None
             k = len(question.options)
             sums, lengths = np.zeros(k), np.zeros(k)
             for shift, item in variants:
@@ -225,13 +239,14 @@ class Decider:
                      min(len(s) for s in all_sequences) - 1)
         return combined, shared + _distinct_prefixes([s[shared:] for s in all_sequences]), shared
 
-    def _pin_demonstrations(self, state_text: str, question: Question, rule: Scoring, prompt_tokens: list[int]) -> None:
-        """Ask the engine to keep the demonstrations' prefix evaluated, so items asked with them
-        share it even when other prompts run in between."""
+    def _pin_question_prefix(self, state_text: str, question: Question, rule: Scoring, prompt_tokens: list[int]) -> None:
+        """Ask the engine to keep the part of the prompt that is the same for every state evaluated
+        (the question block in a question-first layout, demonstrations), so requests asking this
+        question share it even when other prompts run in between."""
         pin = getattr(self.engine, "pin_prefix", None)
         if pin is None:
             return
-        exchanges = build_messages(state_text, question, _shown(question, rule.demonstrations, 0))[:-1]
+        exchanges = build_messages(state_text, question, _shown(question, rule.demonstrations, 0), rule.layout)[:-1]
         text = self.engine.render_chat(exchanges, add_generation_prompt=False)
         pin(prompt_tokens[:_common_prefix([self.engine.tokenize_prompt(text), prompt_tokens])])
 
@@ -268,22 +283,23 @@ class Decider:
         return Decision(answers, distinct, shared, time.perf_counter() - began, {"cached_tokens": cached})
 
     def scores(self, state: Any, question: Question, *, rotations: int = 1, hidden: bool = False,
-               demonstrations: Sequence[Demonstration] = ()) -> tuple[list[float], list[int], np.ndarray | None]:
+               demonstrations: Sequence[Demonstration] = (), layout: str = PROMPT_FORMAT_VERSION,
+               ) -> tuple[list[float], list[int], np.ndarray | None]:
         """Raw material for calibration: the option log-likelihoods (averaged over rotations),
         token counts, and optionally the hidden state at the answer position."""
-        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations))
+        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)
         combined, _, _ = self._score(render_state(state), [question], [rule])
         item = combined[0]
         return item.logprobs, item.lengths, (self.engine.hidden_state(item.prompt_tokens) if hidden else None)
 
-    def content_free_scores(self, question: Question, *, rotations: int = 1,
-                            demonstrations: Sequence[Demonstration] = ()) -> tuple[np.ndarray, np.ndarray]:
+    def content_free_scores(self, question: Question, *, rotations: int = 1, demonstrations: Sequence[Demonstration] = (),
+                            layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray]:
         """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
         that carry no content (after the same demonstrations, if any). Evaluated from an empty KV
         cache: what the cache held before would move them by llama.cpp's layout noise (about 0.03
         nats on the default model), and the prior must be the same in calibration, on every server
         and in every run."""
-        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations))
+        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)
         clear = getattr(self.engine, "clear_cache", None)
         if clear is not None:
             clear()
@@ -301,12 +317,13 @@ class Decider:
         if rule.prior is not None:
             return np.asarray(rule.prior)
         key = (question.type, question.instructions, question.options, question.mode, rule.rotations,
-               rule.demonstrations, rule.length_normalize)
+               rule.demonstrations, rule.length_normalize, rule.layout)
         cached = self._priors.get(key)
         if cached is not None:
             self._priors.move_to_end(key)
             return cached
-        rows, lengths = self.content_free_scores(question, rotations=rule.rotations, demonstrations=rule.demonstrations)
+        rows, lengths = self.content_free_scores(question, rotations=rule.rotations, demonstrations=rule.demonstrations,
+                                                 layout=rule.layout)
         prior = maths.content_free_prior(rows, lengths if rule.length_normalize else None)
         self._priors[key] = prior
         while len(self._priors) > self._prior_cache_size:
@@ -317,7 +334,7 @@ class Decider:
         """Reference path: one full evaluation from scratch per option. Slow; for checks and the
         benchmark baseline."""
         rule = scoring or Scoring()
-        item = self._tokenize(render_state(state), question, _shown(question, rule.demonstrations, 0))
+        item = self._tokenize(render_state(state), question, _shown(question, rule.demonstrations, 0), rule.layout)
         totals = [float(self.engine.score_naive(s, b).sum()) for s, b in zip(item.sequences, item.boundaries)]
         return _answer(question, totals, item.answer_lengths, rule)
 
@@ -325,7 +342,14 @@ class Decider:
 def _canonical_key(question: Question, rule: Scoring) -> str:
     options = [[type(o.value).__name__, str(o.value), o.text, o.description or ""] for o in question.options]
     shown = [[d.input, d.option] for d in rule.demonstrations]
-    return json.dumps([question.type, question.mode, question.instructions, options, rule.rotations, shown])
+    return json.dumps([question.type, question.mode, question.instructions, options, rule.rotations, shown, rule.layout])
+
+
+def _describe(question: Question) -> str:
+    if question.name:
+        return repr(question.name)
+    text = question.instructions.strip()
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 def _shown(question: Question, demonstrations: Sequence[Demonstration], shift: int) -> list[tuple[str, str]]:
@@ -416,4 +440,4 @@ def _answer(question: Question, totals: list[float], lengths: list[int], rule: S
         OptionScore(o.value, text, lp, n, float(p))
         for o, text, lp, n, p in zip(question.options, question.answer_texts(), totals, lengths, probabilities)
     )
-    return Answer(question, options, maths.label_mass(totals), maths.confidence(probabilities), rule)
+    return Answer(question, options, maths.label_mass(totals), maths.confidence(probabilities), rule, rule.layout)

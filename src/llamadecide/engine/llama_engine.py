@@ -56,9 +56,12 @@ class EngineConfig:
     n_threads_batch: int | None = None
     n_gpu_layers: int = 0  # 0: CPU only; -1: every layer on the GPU
     n_seq_max: int = 0  # 0: as many KV sequences as llama.cpp allows
-    # KV sequences kept aside to hold pinned prompt prefixes (k-shot demonstrations) across calls
-    # that evaluate other prompts in between; each one fewer option scored in a single group.
-    pinned_prefixes: int = 2
+    # KV sequences kept aside to hold pinned prompt prefixes (a question-first layout's question
+    # block, k-shot demonstrations) across calls that evaluate other prompts in between; each one
+    # fewer option scored in a single group.
+    pinned_prefixes: int = 8
+    # Most KV cells the pinned prefixes may hold together (0: half the context).
+    pinned_cells: int = 0
     seed: int = 0
     flash_attn: bool = False
     use_mmap: bool = True
@@ -163,7 +166,10 @@ class Engine:
         self._pins: OrderedDict[tuple[int, ...], int] = OrderedDict()
         self._pin_sequences = list(range(self.n_seq_max - 1, self.n_seq_max - 1 - max(0, min(config.pinned_prefixes,
                                                                                                 self.n_seq_max - 2)), -1))
+        self._pin_cell_limit = config.pinned_cells if config.pinned_cells > 0 else self.n_ctx // 2
         self.last_reused_tokens = 0  # prompt tokens the last scoring call took from the cache
+        # Work done since load: llama_decode calls and the batch rows (tokens) they evaluated.
+        self.counters = {"decode_calls": 0, "rows": 0}
 
         self.metadata = self._model.metadata()
         self.model_name = path.stem  # what clients see; GGUF general.name is often a training-run label
@@ -266,6 +272,8 @@ class Engine:
             for j, s in enumerate(ids):
                 row[j] = s
             batch.logits[i] = want_logits[i]
+        self.counters["decode_calls"] += 1
+        self.counters["rows"] += n
         code = llama_cpp.llama_decode(self._ctx.ctx, batch)
         if code != 0:
             # 1: no KV slot; negative: error. Either way the cache state is no longer known.
@@ -296,19 +304,26 @@ class Engine:
         if self._pins and n_tokens + self._pinned_cells > self.n_ctx:
             self._release_pins()
 
+    @property
+    def pinned(self) -> list[tuple[int, ...]]:
+        """The pinned prefixes, least recently used first."""
+        return list(self._pins)
+
     def pin_prefix(self, tokens: Sequence[int]) -> bool:
         """Keep `tokens` evaluated in a sequence of its own, so a later prompt that starts with them
-        takes their KV from there even after other prompts ran in between (k-shot demonstrations
-        shared by every item). The least recently used pin gives way when the slots are full.
-        Returns whether the prefix is pinned."""
+        takes their KV from there even after other prompts ran in between (a question-first
+        layout's question block, k-shot demonstrations). Least recently used pins give way when the
+        sequences or cells set aside for pins are full. Returns whether the prefix is pinned: one
+        larger than the cell limit is not, and its prompts are evaluated per call."""
         key = tuple(tokens)
         with self._lock:
             if key in self._pins:
                 self._pins.move_to_end(key)
                 return True
-            if not self._pin_sequences or not key or 2 * (len(key) + self._pinned_cells) > self.n_ctx:
+            if not self._pin_sequences or not key or len(key) > self._pin_cell_limit:
                 return False
-            if len(self._pins) == len(self._pin_sequences):
+            while self._pins and (len(self._pins) == len(self._pin_sequences)
+                                  or len(key) + self._pinned_cells > self._pin_cell_limit):
                 _, sequence = self._pins.popitem(last=False)
                 llama_cpp.llama_memory_seq_rm(self._memory, sequence, -1, -1)
             sequence = next(s for s in self._pin_sequences if s not in self._pins.values())
@@ -319,9 +334,10 @@ class Engine:
             self._pins[key] = sequence
             return True
 
-    def _prepare_prefix(self, tokens: Sequence[int]) -> int:
-        """Make sequence 0 hold exactly `tokens`; returns how many were reused from the cache
-        (sequence 0's own tokens, or a pinned prefix's, whichever covers more)."""
+    def _prepare_prefix(self, tokens: Sequence[int], *, fill: bool = True) -> int:
+        """Make sequence 0 hold exactly `tokens` (with `fill` False: the longest part of them the
+        cache already has, the rest left to the caller); returns how many were reused from the
+        cache (sequence 0's own tokens, or a pinned prefix's, whichever covers more)."""
         reuse = common_prefix_length(self._cached, tokens)
         pinned, pinned_sequence = max(((common_prefix_length(pin, tokens), s) for pin, s in self._pins.items()),
                                       default=(0, -1))
@@ -336,8 +352,9 @@ class Engine:
                 reuse = 0
             else:
                 del self._cached[reuse:]
-        self._fill(tokens, reuse, 0)
-        self._cached.extend(tokens[reuse:])
+        if fill:
+            self._fill(tokens, reuse, 0)
+            self._cached.extend(tokens[reuse:])
         return reuse
 
     def _fill(self, tokens: Sequence[int], start: int, sequence: int) -> None:
@@ -358,8 +375,10 @@ class Engine:
 
     def score_continuations(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Log-probability of every token of every continuation given `prefix` and the
-        continuation's own earlier tokens. The prefix is evaluated once (and reused from the
-        previous call where it matches); the continuations share one batched trie evaluation."""
+        continuation's own earlier tokens. The part of the prefix the cache lacks and the
+        continuations' trie go in one batch (one llama_decode call when it fits n_batch): the
+        prefix's tokens belong to sequence 0 and to every continuation's sequence, each trie node
+        to the continuations passing through it."""
         if not prefix:
             raise InvalidRequestError("the prompt is empty")
         if not continuations or any(len(c) == 0 for c in continuations):
@@ -368,7 +387,7 @@ class Engine:
         self._check_fits(len(prefix) + longest, "the prompt with its longest answer")
         with self._lock:
             self._make_room(len(prefix) + longest)
-            self.last_reused_tokens = self._prepare_prefix(prefix[:-1])
+            self.last_reused_tokens = self._prepare_prefix(prefix[:-1], fill=False)
             budget = self.n_ctx - (len(prefix) - 1) - self._pinned_cells
             groups = plan_groups(continuations, max_members=self.n_seq_max - 1 - len(self._pin_sequences),
                                  max_nodes=budget)
@@ -385,20 +404,27 @@ class Engine:
         members = len(continuations)
         for s in range(1, members + 1):
             llama_cpp.llama_memory_seq_cp(self._memory, 0, s, -1, -1)
+        # Rows: the prefix tokens sequence 0 lacks (kept there afterwards), then every trie node
+        # that has children. A leaf's output is never read and nothing attends to it: not evaluated.
+        tail_start = len(self._cached)
+        tail = list(prefix[tail_start:-1])
+        everyone = [0, *range(1, members + 1)]
+        inner = [i for i, n in enumerate(nodes) if n.children]
+        tokens = tail + [nodes[i].token for i in inner]
+        positions = list(range(tail_start, base)) + [base + nodes[i].depth for i in inner]
+        seq_ids = [everyone] * len(tail) + [[m + 1 for m in nodes[i].members] for i in inner]
+        wants = [False] * len(tail) + [True] * len(inner)
         child_logprobs: dict[int, dict[int, float]] = {}
         try:
-            for start in range(0, len(nodes), self.n_batch):
-                chunk = nodes[start : start + self.n_batch]
-                self._decode(
-                    [n.token for n in chunk],
-                    [base + n.depth for n in chunk],
-                    [[m + 1 for m in n.members] for n in chunk],
-                    [bool(n.children) for n in chunk],
-                )
-                for offset, node in enumerate(chunk):
-                    if node.children:
-                        row = self._logprobs_row(offset)
-                        child_logprobs[start + offset] = {tok: float(row[tok]) for tok in node.children}
+            for start in range(0, len(tokens), self.n_batch):
+                end = start + self.n_batch
+                self._decode(tokens[start:end], positions[start:end], seq_ids[start:end], wants[start:end])
+                for row_index in range(max(start, len(tail)), min(end, len(tokens))):
+                    node = nodes[inner[row_index - len(tail)]]
+                    row = self._logprobs_row(row_index - start)
+                    child_logprobs[inner[row_index - len(tail)]] = {tok: float(row[tok]) for tok in node.children}
+                if start < len(tail):
+                    self._cached.extend(tail[start:min(end, len(tail))])
         finally:
             for s in range(1, members + 1):
                 llama_cpp.llama_memory_seq_rm(self._memory, s, -1, -1)

@@ -42,8 +42,12 @@ def package_model(gguf: Path, out: Path, *, profiles_dir: Path | None = None) ->
     with tarfile.open(out, "w:gz") as archive:
         archive.add(gguf, arcname=gguf.name)
         if profiles_dir is not None:
-            for profile in sorted(Path(profiles_dir).glob("*.json")):
-                archive.add(profile, arcname=f"profiles/{profile.name}")
+            from llamadecide.calibration.profile import profile_files
+
+            for n, profile in enumerate(profile_files(Path(profiles_dir))):
+                # Folders of calibrate output all hold a profile.json: number them apart.
+                name = profile.name if profile.name != "profile.json" else f"profile-{n}.json"
+                archive.add(profile, arcname=f"profiles/{name}")
     return out
 
 

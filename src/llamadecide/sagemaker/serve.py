@@ -16,6 +16,8 @@ def sagemaker_settings():
     from llamadecide.settings import Settings
 
     overrides: dict = {}
+    if "LLAMADECIDE_OPEN_INVOCATIONS" not in os.environ:
+        overrides["open_invocations"] = True  # SageMaker authenticates at its edge and forwards no key
     if "LLAMADECIDE_HOST" not in os.environ and "SM_LLAMA_CPP_HOST" not in os.environ:
         overrides["host"] = "0.0.0.0"
     if "LLAMADECIDE_PORT" not in os.environ and "SM_LLAMA_CPP_PORT" not in os.environ:

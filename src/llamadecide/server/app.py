@@ -52,9 +52,9 @@ class Runtime:
         profiles = None
         if self.settings.profiles_dir:
             from llamadecide.calibration.profile import ProfileStore
-            from llamadecide.decisions import PROMPT_FORMAT_VERSION
+            from llamadecide.decisions.prompt import PROMPT_FORMATS
 
-            store = ProfileStore(self.settings.profiles_dir, engine.model_sha256, PROMPT_FORMAT_VERSION)
+            store = ProfileStore(self.settings.profiles_dir, engine.model_sha256, PROMPT_FORMATS)
             profiles = store.get
             log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
         decisions = DecisionServing(Decider(engine), model_name=name, max_questions=self.settings.max_questions,
@@ -111,7 +111,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.include_router(router, dependencies=[Depends(check_key)])
     from llamadecide.sagemaker.routes import router as sagemaker_router  # reuses this module's handlers
 
-    app.include_router(sagemaker_router)
+    app.include_router(sagemaker_router, dependencies=[Depends(check_key)])
     # Added last runs first: metrics see every response, the body limit's 413s included.
     app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=runtime.metrics)

@@ -1,6 +1,8 @@
-"""Bearer-key check in constant time. SageMaker signs requests itself and does not forward an
-Authorization header, so /ping and /invocations stay open (see WIRE.md); so do /health and the
-static playground page, which holds no data."""
+"""Bearer-key check in constant time. With a key set, every route that answers with data needs it,
+/invocations included; /ping, /health and the static playground page, which hold no data, stay
+open. SageMaker authenticates callers at its edge and forwards no Authorization header: its
+container entrypoint sets `open_invocations`, so there /invocations needs no key even when
+LLAMA_API_KEY protects the /v1 routes."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ from fastapi import Request
 
 from llamadecide.server.errors import APIError
 
-OPEN_PATHS = {"/ping", "/health", "/invocations", "/"}
+OPEN_PATHS = {"/ping", "/health", "/"}
 
 
 def check_key(request: Request) -> None:
     expected = request.app.state.settings.api_key
     if not expected or request.url.path in OPEN_PATHS:
+        return
+    if request.url.path == "/invocations" and request.app.state.settings.open_invocations:
         return
     header = request.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")

@@ -26,7 +26,7 @@ class ProbabilityLog:
         # A hash of the state, not the state: joins runs of two models on the same items (compare)
         # without writing the caller's text to disk.
         text = state if isinstance(state, str) else json.dumps(state, sort_keys=True, default=str)
-        state_sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        state_sha256 = hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
         lines = []
         for answer, name in zip(answers, names):
             record = {
@@ -48,7 +48,7 @@ class ProbabilityLog:
                 "latency_ms": round(seconds * 1000, 3),
             }
             lines.append(json.dumps(record, ensure_ascii=False, default=str))
-        data = ("\n".join(lines) + "\n").encode()
+        data = ("\n".join(lines) + "\n").encode("utf-8", errors="backslashreplace")
         with self._lock:
             os.write(self._fd, data)
 

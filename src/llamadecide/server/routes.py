@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from importlib import resources
 
@@ -14,6 +15,7 @@ from llamadecide.server.protocol.chat import ChatCompletionRequest, CompletionRe
 from llamadecide.server.protocol.decisions import DecisionRequest
 from llamadecide.server.protocol.systemone import SystemOneRequest
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -28,9 +30,13 @@ def _record(request: Request, route: str, prepared: Prepared, decision: Decision
     for answer in decision.answers:
         runtime.metrics.answers.labels(answer.question.type).inc()
     if runtime.problog:
-        runtime.problog.write(request_id=request.scope["state"]["request_id"], route=route, model=services.model_name,
-                              model_sha256=services.engine.model_sha256, answers=decision.answers,
-                              seconds=decision.seconds, names=prepared.names, state=prepared.state)
+        try:
+            runtime.problog.write(request_id=request.scope["state"]["request_id"], route=route, model=services.model_name,
+                                  model_sha256=services.engine.model_sha256, answers=decision.answers,
+                                  seconds=decision.seconds, names=prepared.names, state=prepared.state)
+        except Exception:  # the answer is computed: a log that cannot take it must not lose it for the client
+            log.exception("the probability log could not record request %s", request.scope["state"]["request_id"])
+            runtime.metrics.errors.labels("probability_log").inc()
 
 
 async def handle_decisions(request: Request, body: DecisionRequest) -> dict:

@@ -1,0 +1,128 @@
+"""What a decision costs per prompt layout, and what it gets right (a script that prints figures).
+
+    python -m llamadecide.bench.layouts --dataset {agnews,sst2,banking77} [...] --items N [--model M]
+        [--shots-per-class 1 2] [--json FILE]
+
+Per data set, the same N test items are decided in sequence, as a running server sees them (warm,
+a different input each time), once per layout: the state-first format `llamadecide-1`, the
+question-first format `llamadecide-2` zero-shot, and `llamadecide-2` with k demonstrations (k per
+class, balanced, from the data set's labelled part; the evaluated items are never shown). A layout's
+first request evaluates (and pins) its question prefix: it is timed apart as `first_s` and not
+counted in the per-request figures. Per layout: evaluated rows (tokens) and llama_decode calls per
+request, p50 / p95 latency, accuracy of the argmax, and the ratios to `llamadecide-1`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from llamadecide.bench.quality import DATASETS
+from llamadecide.calibration.data import load_task, read_labelled
+from llamadecide.calibration.run import choose_demonstrations, split
+from llamadecide.decisions import Decider, Scoring
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST
+from llamadecide.decisions.service import Demonstration
+from llamadecide.engine import Engine, EngineConfig, resolve_model_path
+
+
+def run_layout(engine: Engine, decider: Decider, question, texts: list[str], gold: np.ndarray, rule: Scoring) -> dict:
+    engine.clear_cache()
+    began = time.perf_counter()
+    decider.decide(texts[-1], [question], scoring=rule)  # evaluates and pins the question prefix (not counted)
+    first = time.perf_counter() - began
+    seconds, rows, calls, correct, cached = [], [], [], [], []
+    for text, y in zip(texts[:-1], gold[:-1]):
+        before = dict(engine.counters)
+        began = time.perf_counter()
+        decision = decider.decide(text, [question], scoring=rule)
+        seconds.append(time.perf_counter() - began)
+        rows.append(engine.counters["rows"] - before["rows"])
+        calls.append(engine.counters["decode_calls"] - before["decode_calls"])
+        cached.append(decision.extra["cached_tokens"])
+        correct.append(int(np.argmax(decision.answers[0].probabilities)) == int(y))
+    return {"layout": rule.layout, "shots": len(rule.demonstrations), "items": len(seconds),
+            "rows_per_request": float(np.mean(rows)), "decode_calls": float(np.mean(calls)),
+            "cached_tokens": float(np.median(cached)), "p50_s": float(np.median(seconds)),
+            "p95_s": float(np.percentile(seconds, 95)), "first_s": first, "accuracy": float(np.mean(correct))}
+
+
+def run_dataset(engine: Engine, name: str, args) -> list[dict]:
+    dataset = DATASETS[name]
+    task = load_task(dataset.task)
+    items = read_labelled(dataset.path, text_column=dataset.text_column, label_column=dataset.label_column)
+    y = np.array([task.gold_index(item.label) for item in items])
+    pool, test = split(len(items), dataset.labelled, args.items + 1, args.seed)
+    texts = [items[i].text for i in test]
+    question = task.question()
+    decider = Decider(engine)
+    rules = [Scoring(layout=PROMPT_FORMAT_VERSION), Scoring(layout=QUESTION_FIRST)]
+    for per_class in args.shots_per_class:
+        chosen = choose_demonstrations(items, y, pool, per_class * len(task.options), args.seed)
+        rules.append(Scoring(layout=QUESTION_FIRST, demonstrations=tuple(Demonstration(items[i].text, int(y[i]))
+                                                                         for i in chosen)))
+    rows = []
+    for rule in rules:
+        if args.layouts and rule.layout not in args.layouts:
+            continue
+        row = {"dataset": name, "options": len(task.options), **run_layout(engine, decider, question, texts, y[test], rule)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    baseline = next((r for r in rows if r["layout"] == PROMPT_FORMAT_VERSION and r["shots"] == 0), None)
+    for row in rows:
+        if baseline is not None:
+            row["p50_speedup"] = baseline["p50_s"] / row["p50_s"]
+            row["rows_ratio"] = row["rows_per_request"] / baseline["rows_per_request"]
+    return rows
+
+
+def print_table(rows: list[dict], console: Console, title: str) -> None:
+    table = Table(title=title)
+    for column in ("data set", "layout", "shots", "rows/request", "decode calls", "p50 s", "p95 s", "first s",
+                   "accuracy", "p50 speed-up"):
+        table.add_column(column, justify="left" if column in ("data set", "layout") else "right")
+    for r in rows:
+        table.add_row(r["dataset"], r["layout"], str(r["shots"]), f"{r['rows_per_request']:.1f}", f"{r['decode_calls']:.2f}",
+                      f"{r['p50_s']:.3f}", f"{r['p95_s']:.3f}", f"{r['first_s']:.2f}", f"{r['accuracy']:.3f}",
+                      f"{r['p50_speedup']:.2f}x" if "p50_speedup" in r else "-")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", nargs="+", default=["agnews"], choices=list(DATASETS))
+    parser.add_argument("--items", type=int, default=40, help="test items decided per layout")
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct", help="bundled model name or GGUF path")
+    parser.add_argument("--shots-per-class", type=int, nargs="*", default=[1],
+                        help="question-first layouts with this many demonstrations per class (none: zero-shot only)")
+    parser.add_argument("--layouts", nargs="*", default=None, help="only these prompt formats")
+    parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, help="write {'rows': [...]} with every figure here")
+    args = parser.parse_args(argv)
+    path = resolve_model_path(args.model)
+    engine = Engine(EngineConfig(model_path=path, n_ctx=args.n_ctx, n_threads=args.threads))
+    rows: list[dict] = []
+    try:
+        for name in args.dataset:
+            rows.extend(run_dataset(engine, name, args))
+    finally:
+        engine.close()
+    title = f"{path.name} · {engine.n_threads} threads · {platform.processor() or platform.machine()}"
+    print_table(rows, Console(width=150), title)
+    if args.json:
+        args.json.write_text(json.dumps({"model": path.name, "threads": engine.n_threads, "machine": platform.machine(),
+                                         "rows": rows}, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

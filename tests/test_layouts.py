@@ -1,0 +1,164 @@
+"""Prompt layouts on the real bundled model: the question-first format's shared prefix (pinned,
+reused, evicted), one llama_decode call per decision, and answers that do not depend on what
+else was asked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llamadecide.calibration.profile import CalibrationProfile
+from llamadecide.decisions import Decider, Scoring, choice, predicate
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST, build_messages
+from llamadecide.decisions.service import Demonstration
+from llamadecide.engine import Engine, EngineConfig, bundled_model_path
+from llamadecide.errors import ContextOverflowError, InvalidRequestError, ProfileMismatchError
+
+FIRST = Scoring(layout=QUESTION_FIRST)
+TEAMS = choice("Which team should handle this ticket?", ["billing", "technical support", "account security", "sales"],
+               name="team")
+ANGRY = predicate("The customer is angry.", name="angry")
+TICKETS = ["I was charged twice this month.", "The app crashes when I open settings.", "Someone logged into my account."]
+
+
+@pytest.fixture(autouse=True)
+def no_pins_left_behind(engine):
+    """Pins held by these tests would move later tests' numbers by llama.cpp's KV-layout noise."""
+    engine.clear_cache()
+    yield
+    engine.clear_cache()
+
+
+def logprobs(answer):
+    return [o.logprob for o in answer.options]
+
+
+def test_only_the_last_turn_depends_on_the_state():
+    one = build_messages("first input", TEAMS, [("shown", "billing")], QUESTION_FIRST)
+    two = build_messages("second input", TEAMS, [("shown", "billing")], QUESTION_FIRST)
+    assert one[:-1] == two[:-1] and one[-1] != two[-1]
+    assert "billing" in one[1]["content"] and "Input:\nfirst input" in one[-1]["content"]
+    assert [m["role"] for m in one] == ["system", "user", "assistant", "user", "assistant", "user"]
+    with pytest.raises(InvalidRequestError, match="unknown prompt format"):
+        build_messages("x", TEAMS, layout="llamadecide-9")
+
+
+def test_the_question_prefix_is_evaluated_once_and_reused(engine):
+    decider = Decider(engine)
+    first = decider.decide(TICKETS[0], [TEAMS], scoring=FIRST)
+    [pinned] = engine.pinned
+    assert first.answers[0].prompt_format == QUESTION_FIRST
+    decider.decide(TICKETS[1], [ANGRY], scoring=FIRST)  # another question in between
+    before = dict(engine.counters)
+    again = decider.decide(TICKETS[2], [TEAMS], scoring=FIRST)
+    assert again.extra["cached_tokens"] >= len(pinned)  # the usage reports the reused prefix
+    evaluated = engine.counters["rows"] - before["rows"]
+    assert evaluated < again.prompt_tokens - len(pinned) + 1  # the question block was not evaluated again
+
+
+def test_one_decode_call_per_decision(engine):
+    decider = Decider(engine)
+    for rule in (Scoring(), FIRST):
+        decider.decide(TICKETS[0], [TEAMS], scoring=rule)
+        before = dict(engine.counters)
+        decision = decider.decide(TICKETS[1], [TEAMS], scoring=rule)
+        assert engine.counters["decode_calls"] - before["decode_calls"] == 1
+        # prompt tail and the trie's inner nodes, nothing else (leaves are never evaluated)
+        assert engine.counters["rows"] - before["rows"] < decision.prompt_tokens - decision.extra["cached_tokens"]
+
+
+@pytest.mark.parametrize("layout", [PROMPT_FORMAT_VERSION, QUESTION_FIRST])
+def test_answers_are_bit_identical_alone_beside_others_and_reordered(engine, layout):
+    decider = Decider(engine)
+    rule = Scoring(layout=layout)
+    other = choice("Which product?", ["subscription", "hardware"], name="product")
+    alone = [logprobs(decider.decide(TICKETS[0], [q], scoring=rule).answers[0]) for q in (TEAMS, ANGRY)]
+    together = decider.decide(TICKETS[0], [TEAMS, other, ANGRY], scoring=rule).answers
+    reordered = decider.decide(TICKETS[0], [ANGRY, TEAMS], scoring=rule).answers
+    assert [logprobs(together[0]), logprobs(together[2])] == alone
+    assert [logprobs(reordered[1]), logprobs(reordered[0])] == alone
+
+
+def test_the_layout_changes_the_numbers_not_the_sums(engine):
+    decider = Decider(engine)
+    state_first = decider.decide(TICKETS[0], [TEAMS]).answers[0]
+    question_first = decider.decide(TICKETS[0], [TEAMS], scoring=FIRST).answers[0]
+    assert logprobs(state_first) != logprobs(question_first)
+    assert sum(question_first.probabilities) == pytest.approx(1.0)
+    naive = decider.decide_naive(TICKETS[0], TEAMS, scoring=FIRST)
+    assert np.abs(np.array(question_first.probabilities) - np.array(naive.probabilities)).max() <= 0.05
+
+
+def test_demonstrations_live_in_the_shared_prefix(engine):
+    decider = Decider(engine)
+    shown = (Demonstration("Refund my last invoice please.", 0), Demonstration("Error 500 on login.", 1))
+    rule = Scoring(layout=QUESTION_FIRST, demonstrations=shown)
+    decider.decide(TICKETS[0], [TEAMS], scoring=rule)
+    [pinned] = engine.pinned
+    decider.decide(TICKETS[1], [TEAMS], scoring=FIRST)  # zero-shot pins its own, shorter prefix
+    assert len(engine.pinned) == 2 and len(pinned) > len(engine.pinned[-1])
+    assert decider.decide(TICKETS[1], [TEAMS], scoring=rule).extra["cached_tokens"] >= len(pinned)
+
+
+def test_rotations_need_the_state_first_layout(engine):
+    with pytest.raises(InvalidRequestError, match="rotations need"):
+        Decider(engine).decide(TICKETS[0], [TEAMS], scoring=Scoring(layout=QUESTION_FIRST, rotations=2))
+
+
+def test_a_full_pin_store_evicts_the_least_recently_used_and_big_prefixes_still_answer():
+    small = Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=2048, pinned_prefixes=2, pinned_cells=400))
+    try:
+        decider = Decider(small)
+        questions = [choice(f"Question {i}: which team?", ["billing", "support"]) for i in range(3)]
+        prefixes = []
+        for question in questions:
+            decider.decide(TICKETS[0], [question], scoring=FIRST)
+            prefixes.append(small.pinned[-1])
+        assert small.pinned == prefixes[1:]  # two sequences: the least recently used gave way
+        many = choice("Which of these very many teams should handle it?",
+                      [f"team number {i} of the company" for i in range(40)])
+        answer = decider.decide(TICKETS[0], [many], scoring=FIRST).answers[0]  # prefix over the 400-cell limit
+        assert sum(answer.probabilities) == pytest.approx(1.0)
+        assert all(len(p) < 400 for p in small.pinned)
+        assert sum(len(p) for p in small.pinned) <= 400
+    finally:
+        small.close()
+
+
+def test_a_prefix_too_large_for_the_context_is_a_clear_error_naming_the_question():
+    small = Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=512))
+    try:
+        huge = choice("Which one?", [f"option number {i} with a long description" for i in range(60)], name="huge")
+        with pytest.raises(ContextOverflowError, match=r"question 'huge'.*needs \d+ tokens but the context holds 512"):
+            Decider(small).decide(TICKETS[0], [huge], scoring=FIRST)
+        assert Decider(small).decide(TICKETS[0], [TEAMS], scoring=FIRST).answers[0]  # still healthy
+    finally:
+        small.close()
+
+
+def test_a_profile_keeps_its_layout_and_an_unknown_format_is_refused(tmp_path):
+    profile = CalibrationProfile(name="p", created="now", model_sha256="a" * 64, prompt_format=QUESTION_FIRST,
+                                 task={"type": "choice", "instructions": "Which?", "options": ["x", "y"]}, mode="text",
+                                 calibrator="none", length_normalize=False, temperature=1.0, target_precision=0.9,
+                                 confidence_level=0.95, dataset_fingerprint="", metrics={})
+    assert profile.scoring().layout == QUESTION_FIRST
+    profile.check_bound_to("a" * 64, (PROMPT_FORMAT_VERSION, QUESTION_FIRST))
+    future = profile.model_copy(update={"prompt_format": "llamadecide-9"})
+    with pytest.raises(ProfileMismatchError, match="prompt format 'llamadecide-9'.*llamadecide-1, llamadecide-2"):
+        future.check_bound_to("a" * 64, (PROMPT_FORMAT_VERSION, QUESTION_FIRST))
+
+
+def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
+    import json
+
+    from llamadecide.bench import layouts
+
+    out = tmp_path / "layouts.json"
+    assert layouts.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--items", "3", "--n-ctx", "4096",
+                         "--shots-per-class", "1", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["layout"], r["shots"]) for r in rows] == [(PROMPT_FORMAT_VERSION, 0), (QUESTION_FIRST, 0), (QUESTION_FIRST, 2)]
+    for row in rows:
+        assert row["dataset"] == "sst2" and row["decode_calls"] == 1.0 and row["p50_s"] > 0
+        assert 0 <= row["accuracy"] <= 1 and row["rows_per_request"] > 0
+    assert rows[1]["rows_per_request"] < rows[0]["rows_per_request"]
