@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, settings_from
+from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, run_server, settings_from
 
 
 def serve_command(
@@ -23,12 +23,10 @@ def serve_command(
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
 ) -> None:
     """Serve OpenAI-compatible chat, /v1/decisions, /v1/systemone and the SageMaker routes."""
-    import uvicorn
-
-    from llamadecide.server import create_app
-
     settings = settings_from(model=model, host=host, port=port, api_key=api_key, n_ctx=n_ctx, n_threads=threads,
                              n_gpu_layers=n_gpu_layers, probability_log=probability_log,
                              profiles_dir=profiles_dir)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level, access_log=False)
+    code = run_server(settings, log_level=log_level)
+    if code:
+        raise typer.Exit(code)

@@ -28,7 +28,7 @@ from llama_cpp import _logger as llama_logger
 
 from llamadecide.engine.chat_template import BUILTIN_TEMPLATES, ChatTemplate, builtin_template_for
 from llamadecide.engine.generation import SamplingParams, TextAssembler, build_sampler
-from llamadecide.engine.model_files import file_sha256
+from llamadecide.engine.model_files import file_sha256, gguf_problem
 from llamadecide.engine.trie import build_trie, continuation_paths, plan_groups
 from llamadecide.errors import ContextOverflowError, InvalidRequestError, ModelLoadError
 
@@ -122,6 +122,9 @@ class Engine:
         # The library default (-1, "auto") crashes on decode with this build; be explicit.
         model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if config.use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
         model_params.use_extra_bufts = config.repack
+        problem = gguf_problem(path)
+        if problem is not None:
+            raise ModelLoadError(problem)
         try:
             self._model = internals.LlamaModel(path_model=str(path), params=model_params, verbose=config.verbose)
         except ValueError as exc:

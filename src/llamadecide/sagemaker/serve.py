@@ -29,9 +29,7 @@ def sagemaker_settings():
 
 
 def main(argv: list[str] | None = None) -> int:
-    import uvicorn
-
-    from llamadecide.server import create_app
+    from llamadecide.cli.common import run_server
 
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] not in ("serve",):
@@ -39,9 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = sagemaker_settings()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=False,
-                timeout_keep_alive=75)  # above SageMaker's 60 s keep-alive, so the proxy closes first
-    return 0
+    # keep-alive above SageMaker's 60 s, so the proxy closes first
+    return run_server(settings, timeout_keep_alive=75)
 
 
 if __name__ == "__main__":

@@ -71,9 +71,12 @@ class Runtime:
 
 
 def create_app(settings: Settings | None = None, *, engine: Engine | None = None,
-               engine_factory: Callable[[Settings], Engine] | None = None) -> FastAPI:
+               engine_factory: Callable[[Settings], Engine] | None = None,
+               on_load_error: Callable[[str], None] | None = None) -> FastAPI:
     """`engine` serves a model already loaded (tests); otherwise `engine_factory` (default:
-    Engine(settings.engine_config())) runs in the background at start-up."""
+    Engine(settings.engine_config())) runs in the background at start-up. A model that cannot load
+    is reported by /ping and every route (`app.state.runtime.load_error`), and passed to
+    `on_load_error` (the serve commands stop the server with it)."""
     settings = settings or Settings()
     runtime = Runtime(settings)
     factory = engine_factory or (lambda s: Engine(s.engine_config()))
@@ -91,7 +94,9 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
                     log.info("model loaded: %s", loaded.model_path)
                 except Exception as exc:  # reported by /ping and every route, never raised into the loop
                     runtime.load_error = str(exc)
-                    log.exception("model failed to load")
+                    log.error("model failed to load: %s", exc)
+                    if on_load_error is not None:
+                        on_load_error(str(exc))
 
             task = asyncio.create_task(load())
         try:
