@@ -71,3 +71,19 @@ def test_compare_agreement_flips_kl_and_accuracy(tmp_path):
     assert result["mean_kl_a_b"] == pytest.approx(kl_item_2 / 2)
     assert (result["accuracy_a"], result["accuracy_b"], result["accuracy_change"]) == (0.5, 1.0, 0.5)
     assert result["flips"] == [{"key": "2", "a": "a", "b": "b", "p_a": 0.6, "p_b": 0.7, "label": "b"}]
+
+
+def test_compare_skips_a_torn_last_line_and_names_a_bad_line_elsewhere(tmp_path, caplog):
+    base = {"options": ["a", "b"], "label": 0}
+    rows = [{**base, "id": str(i), "probabilities": [0.7, 0.3]} for i in range(3)]
+    whole = "".join(json.dumps(r) + "\n" for r in rows)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(whole + json.dumps({**base, "id": "9", "probabilities": [0.5, 0.5]})[:40])  # as kill -9 leaves it
+    with caplog.at_level("WARNING"):
+        assert sorted(read_records(torn)) == ["0", "1", "2"]
+    assert "torn last line 4" in caplog.text
+    broken = tmp_path / "broken.jsonl"
+    lines = whole.splitlines()
+    broken.write_text("\n".join([lines[0], lines[1][:30], lines[2]]) + "\n")
+    with pytest.raises(InvalidRequestError, match=r"broken.jsonl, line 2: not a JSON record"):
+        read_records(broken)

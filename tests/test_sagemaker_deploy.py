@@ -165,3 +165,33 @@ def test_delete_without_credentials_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(DeployError, match="no AWS credentials"):
         Deployer(region=REGION).delete("ld-test")
+
+
+def test_a_calibrate_output_folder_is_packaged_as_its_profile_only(tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF....")
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("profile.json", "summary.json"):
+        (run / name).write_text("{}")
+    with tarfile.open(package_model(gguf, tmp_path / "model.tar.gz", profiles_dir=run)) as tar:
+        assert sorted(tar.getnames()) == ["m.gguf", "profiles/profile-0.json"]
+
+
+def test_without_boto3_the_aws_commands_name_the_extra(monkeypatch, tmp_path):
+    """A plain install has no boto3: one line naming `llamadecide[aws]`, no traceback."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from llamadecide.cli.main import app
+
+    monkeypatch.setitem(sys.modules, "boto3", None)  # what a missing package looks like to `import`
+    with pytest.raises(DeployError, match=r"pip install 'llamadecide\[aws\]'"):
+        Deployer(region=REGION)
+    result = CliRunner().invoke(app, ["deploy", "delete", "--name", "x", "--region", REGION])
+    assert result.exit_code == 2 and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "llamadecide[aws]" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["deploy", "create", "--name", "x", "--image", IMAGE, "--role", ROLE, "--bucket", "b",
+                                      "--region", REGION, "--model", str(tmp_path / "m.gguf")])
+    assert result.exit_code == 2 and "llamadecide[aws]" in result.output and "Traceback" not in result.output

@@ -160,9 +160,9 @@ class SageMakerBackend(_RemoteBackend):
     def __init__(self, endpoint: str, region: str | None = None, client: Any = None) -> None:
         super().__init__()
         if client is None:
-            import boto3
+            from llamadecide.sagemaker.deploy import import_boto3
 
-            client = boto3.client("sagemaker-runtime", region_name=region)
+            client = import_boto3().client("sagemaker-runtime", region_name=region)
         self.endpoint = endpoint
         self.client = client
         self.description = f"SageMaker endpoint {endpoint}"

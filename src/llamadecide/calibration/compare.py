@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import numpy as np
 
 from llamadecide.calibration.metrics import ece
 from llamadecide.errors import InvalidRequestError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,18 +33,26 @@ def read_records(path: Path) -> dict[str, Record]:
         path = path / "predictions.jsonl"
     records: dict[str, Record] = {}
     with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
+        lines = handle.read().split("\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
             r = json.loads(line)
-            options = [json.dumps(o) if not isinstance(o, str) else o for o in r["options"]]
-            if "id" in r:
-                key, label = str(r["id"]), r.get("label")
-            else:
-                question = r.get("question", {})
-                key = f"{r.get('state_sha256', r.get('request_id'))}|{question.get('name') or question.get('instructions')}"
-                label = r.get("label")
-            records[key] = Record(key, options, list(r["probabilities"]), label)
+        except json.JSONDecodeError as exc:
+            if index == last:  # what a crash mid-write leaves: no whole record, and nothing after it
+                log.warning("%s: skipping its torn last line %d (%s)", path, index + 1, exc.msg)
+                continue
+            raise InvalidRequestError(f"{path}, line {index + 1}: not a JSON record ({exc.msg}, column {exc.colno})") from None
+        options = [json.dumps(o) if not isinstance(o, str) else o for o in r["options"]]
+        if "id" in r:
+            key, label = str(r["id"]), r.get("label")
+        else:
+            question = r.get("question", {})
+            key = f"{r.get('state_sha256', r.get('request_id'))}|{question.get('name') or question.get('instructions')}"
+            label = r.get("label")
+        records[key] = Record(key, options, list(r["probabilities"]), label)
     if not records:
         raise InvalidRequestError(f"{path} holds no records")
     return records

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from llamadecide.errors import LlamaDecideError
+
 log = logging.getLogger(__name__)
 
 
-class DeployError(Exception):
+class DeployError(LlamaDecideError):
     """A deployment step failed; the message says which and what to do."""
 
 
@@ -65,10 +67,19 @@ def container_environment(*, n_ctx: int | None = None, n_gpu_layers: int | None 
     return env
 
 
+def import_boto3():
+    """boto3, or a one-line error naming the extra that installs it."""
+    try:
+        import boto3
+    except ImportError:
+        raise DeployError("the AWS commands need boto3: pip install 'llamadecide[aws]'") from None
+    return boto3
+
+
 class Deployer:
     def __init__(self, session: Any = None, *, region: str | None = None, poll_seconds: float = 15.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        import boto3
+        boto3 = import_boto3()
         from botocore.exceptions import NoRegionError
 
         self.session = session or boto3.Session(region_name=region)
