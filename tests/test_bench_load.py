@@ -6,10 +6,9 @@ from pathlib import Path
 import pytest
 
 from llamadecide.bench.load import Record, cost_table, load_prices, parse_choice, run_level, summarise
-from llamadecide.calibration.data import LabelledItem, load_task
+from llamadecide.calibration.data import TASKS_DIR, LabelledItem, load_task
 from conftest import API_KEY
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def test_parse_choice_finds_the_named_option_or_none():
@@ -39,7 +38,7 @@ def test_cost_per_thousand_requests():
 
 
 def test_a_short_real_run(server):
-    task = load_task(EXAMPLES / "agnews.yaml")
+    task = load_task(TASKS_DIR / "agnews.yaml")
     items = [LabelledItem("1", "The team won the championship final on Sunday.", "Sports"),
              LabelledItem("2", "Shares of the chip maker fell after weak earnings.", "Business")]
     golds = [task.gold_index(i.label) for i in items]

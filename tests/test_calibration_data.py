@@ -4,10 +4,9 @@ from pathlib import Path
 import pytest
 
 from llamadecide.calibration.compare import compare, read_records
-from llamadecide.calibration.data import load_task, read_labelled
+from llamadecide.calibration.data import TASKS_DIR, load_task, read_labelled
 from llamadecide.errors import InvalidRequestError
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -33,22 +32,22 @@ def test_read_csv_and_jsonl_by_name(tmp_path):
 def test_example_tasks_map_every_data_label():
     if not DATA.exists():
         pytest.skip("shared data not beside the checkout")
-    agnews = load_task(EXAMPLES / "agnews.yaml")
+    agnews = load_task(TASKS_DIR / "agnews.yaml")
     labels = {i.label for i in read_labelled(DATA / "agnews" / "test.tsv", text_column="0", label_column="1")}
     assert sorted(agnews.gold_index(label) for label in labels) == [0, 1, 2, 3]
-    sst2 = load_task(EXAMPLES / "sst2.yaml")
+    sst2 = load_task(TASKS_DIR / "sst2.yaml")
     assert (sst2.gold_index("1"), sst2.gold_index("0")) == (0, 1)
-    banking = load_task(EXAMPLES / "banking77.yaml")
+    banking = load_task(TASKS_DIR / "banking77.yaml")
     rows = read_labelled(DATA / "banking77" / "test.csv", text_column="text", label_column="category")
     assert len({banking.gold_index(r.label) for r in rows}) == 77
-    phrases = load_task(EXAMPLES / "banking77-phrases.yaml")  # the same intents, shown as plain phrases
+    phrases = load_task(TASKS_DIR / "banking77-phrases.yaml")  # the same intents, shown as plain phrases
     assert [phrases.gold_index(r.label) for r in rows] == [banking.gold_index(r.label) for r in rows]
     assert phrases.options[banking.gold_index("card_arrival")] == "card arrival"
     assert phrases.options[banking.gold_index("Refund_not_showing_up")] == "refund not showing up"
 
 
 def test_unmapped_label_is_named():
-    task = load_task(EXAMPLES / "agnews.yaml")
+    task = load_task(TASKS_DIR / "agnews.yaml")
     with pytest.raises(InvalidRequestError, match="'Weather'"):
         task.gold_index("Weather")
 

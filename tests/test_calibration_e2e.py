@@ -35,7 +35,7 @@ def slice_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_run(slice_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("calibration")
-    result = CliRunner().invoke(app, ["calibrate", str(slice_file), "--task", str(ROOT / "examples" / "agnews.yaml"),
+    result = CliRunner().invoke(app, ["calibrate", str(slice_file), "--task", "agnews",
                                       "--text-column", "0", "--label-column", "1", "--calibration-size", "20",
                                       "--test-size", "20", "--target-precision", "0.5", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -74,7 +74,7 @@ def test_rerun_is_served_from_the_cache(local_run, slice_file, engine):
             calls.append(text)
             return super().score(text, question, **options)
 
-    task = load_task(ROOT / "examples" / "agnews.yaml")
+    task = load_task("agnews")
     items = read_labelled(slice_file, text_column="0", label_column="1")
     calibrate(Counting(engine), task, items, RunConfig(out_dir=out, calibration_size=20, test_size=20, show_progress=False))
     assert calls == []
@@ -82,7 +82,7 @@ def test_rerun_is_served_from_the_cache(local_run, slice_file, engine):
 
 def test_http_and_sagemaker_backends_match_local(local_run, slice_file, server, tmp_path):
     out, _ = local_run
-    task = load_task(ROOT / "examples" / "agnews.yaml")
+    task = load_task("agnews")
     items = read_labelled(slice_file, text_column="0", label_column="1")
     local = json.loads((out / "summary.json").read_text())["model_sha256"]
 

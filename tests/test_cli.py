@@ -69,3 +69,16 @@ def test_models_lists_every_bundled_model():
     assert rows["qwen2.5-coder-1.5b-instruct"]["licence"] == "Apache-2.0"
     result = runner.invoke(app, ["models", "--assemble", "no-such-model"])
     assert result.exit_code == 2 and "unknown bundled model" in result.output
+
+
+def test_bench_outside_a_checkout_asks_for_data_and_tasks_are_packaged(monkeypatch, tmp_path):
+    from llamadecide.calibration.data import load_task, packaged_tasks
+    from llamadecide.cli import bench
+
+    monkeypatch.setattr(bench, "REPOSITORY_DATA", tmp_path / "absent.tsv")  # as in a wheel install
+    result = runner.invoke(app, ["bench", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "pass --data FILE" in result.output
+    assert {"agnews", "sst2", "banking77", "banking77-phrases"} <= set(packaged_tasks())
+    assert load_task("agnews").name == load_task("agnews.yaml").name == "agnews-topic"
+    result = runner.invoke(app, ["bench", "--data", str(tmp_path), "--task", "no-such-task", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "packaged task" in result.output

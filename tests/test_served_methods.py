@@ -58,7 +58,7 @@ def test_bad_method_options_are_4xx(server):
 def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_probabilities(engine, tmp_path):
     from llamadecide.bench.server_process import ServerProcess
 
-    task = load_task(ROOT / "examples" / "agnews.yaml")
+    task = load_task("agnews")
     items = read_labelled(AGNEWS, text_column="0", label_column="1")[:24]
     backend = LocalBackend(engine)
     question = task.question()

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llamadecide.calibration.backends import LocalBackend
-from llamadecide.calibration.data import file_fingerprint, load_task, read_labelled
+from llamadecide.calibration.data import TASKS_DIR, file_fingerprint, load_task, read_labelled
 from llamadecide.calibration.report import print_summary
 from llamadecide.calibration.run import RunConfig, calibrate
 from llamadecide.engine import Engine
@@ -24,7 +24,7 @@ from llamadecide.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv"
-TASK = ROOT / "examples" / "agnews.yaml"
+TASK = TASKS_DIR / "agnews.yaml"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from llamadecide.bench.load import parse_choice
 from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import LocalBackend
 from llamadecide.calibration.cache import ScoreCache
-from llamadecide.calibration.data import LabelledItem, Task, load_task, read_labelled
+from llamadecide.calibration.data import TASKS_DIR, LabelledItem, Task, load_task, read_labelled
 from llamadecide.calibration.fitting import Candidate, splitter
 from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, apply_variant, fit_variant, out_of_fold,
                                          score_variants, select, split)
@@ -56,10 +56,10 @@ class Dataset:
 
 
 DATASETS = {
-    "agnews": Dataset(SHARED / "agnews" / "test.tsv", ROOT / "examples" / "agnews.yaml", "0", "1", 500, 300),
-    "sst2": Dataset(SHARED / "sst2" / "dev.tsv", ROOT / "examples" / "sst2.yaml", "sentence", "label", 500, 300),
-    "banking77": Dataset(SHARED / "banking77" / "test.csv", ROOT / "examples" / "banking77.yaml", "text", "category", 1000, 300),
-    "banking77-phrases": Dataset(SHARED / "banking77" / "test.csv", ROOT / "examples" / "banking77-phrases.yaml", "text",
+    "agnews": Dataset(SHARED / "agnews" / "test.tsv", TASKS_DIR / "agnews.yaml", "0", "1", 500, 300),
+    "sst2": Dataset(SHARED / "sst2" / "dev.tsv", TASKS_DIR / "sst2.yaml", "sentence", "label", 500, 300),
+    "banking77": Dataset(SHARED / "banking77" / "test.csv", TASKS_DIR / "banking77.yaml", "text", "category", 1000, 300),
+    "banking77-phrases": Dataset(SHARED / "banking77" / "test.csv", TASKS_DIR / "banking77-phrases.yaml", "text",
                                  "category", 1000, 300),
 }
 TARGET = 0.9

@@ -108,7 +108,28 @@ class Task:
                                          default=str).encode()).hexdigest()[:16]
 
 
-def load_task(path: Path) -> Task:
+TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"  # the task files shipped in the package
+
+
+def packaged_tasks() -> list[str]:
+    return sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
+
+
+def task_path(name_or_path: str | Path) -> Path:
+    """A task file's path, or the name of a task shipped in the package (`agnews`, `sst2`, ...)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    packaged = TASKS_DIR / f"{path.name.removesuffix('.yaml')}.yaml"
+    if path.parent == Path(".") and packaged.is_file():
+        return packaged
+    raise InvalidRequestError(f"no task file {str(name_or_path)!r}: give a YAML or JSON file, or a packaged task "
+                              f"({', '.join(packaged_tasks())})", param="task")
+
+
+def load_task(path: str | Path) -> Task:
+    """A task from a file, or by the name of a packaged task."""
+    path = task_path(path)
     text = Path(path).read_text(encoding="utf-8")
     data = yaml.safe_load(text) if Path(path).suffix.lower() in (".yaml", ".yml") else json.loads(text)
     if not isinstance(data, dict):

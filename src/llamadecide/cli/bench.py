@@ -13,14 +13,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[3]
+# The AG News copy beside a repository checkout; an installed package has no default data.
+REPOSITORY_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "agnews" / "test.tsv"
 
 
 def bench_command(
     url: Annotated[Optional[str], typer.Option("--url", help="A running server (default: start one per configuration)")] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key")] = None,
-    data: Annotated[Path, typer.Option("--data", help="Labelled items for the workload")] = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv",
-    task: Annotated[Path, typer.Option("--task")] = ROOT / "examples" / "agnews.yaml",
+    data: Annotated[Optional[Path], typer.Option("--data", help="Labelled items for the workload (CSV, TSV or JSONL; default: the repository's AG News copy, when it is there)")] = None,
+    task: Annotated[str, typer.Option("--task", help="Task file, or a packaged task: agnews, sst2, banking77, banking77-phrases")] = "agnews",
     text_column: Annotated[str, typer.Option("--text-column")] = "0",
     label_column: Annotated[str, typer.Option("--label-column")] = "1",
     items: Annotated[int, typer.Option("--items", help="Labelled items to cycle through")] = 64,
@@ -38,8 +39,19 @@ def bench_command(
     from llamadecide.bench.server_process import ServerProcess
     from llamadecide.calibration.data import load_task, read_labelled
 
+    from llamadecide.cli.common import fail
+    from llamadecide.errors import LlamaDecideError
+
     console = Console()
-    the_task = load_task(task)
+    if data is None:
+        if not REPOSITORY_DATA.is_file():
+            raise fail("pass --data FILE with labelled items (and --task, --text-column, --label-column for it): "
+                       "the default AG News workload is only beside a repository checkout")
+        data = REPOSITORY_DATA
+    try:
+        the_task = load_task(task)
+    except LlamaDecideError as exc:
+        raise fail(exc.message) from exc
     labelled = read_labelled(data, text_column=text_column, label_column=label_column)
     step = max(1, len(labelled) // items)
     sample = labelled[::step][:items]
