@@ -22,7 +22,8 @@ def test_quality_bench_on_a_slice(tmp_path, capsys):
     methods = [(r["method"], r["variant"]) for r in result["rows"]]
     for expected in [("zero-shot", "text mode"), ("prior-corrected", "text mode"), ("zero-shot", "labels mode"),
                      ("prior-corrected", "labels mode, 2 rotations"), ("2-shot", "labels mode, 2-shot"),
-                     ("2-shot, prior-corrected", "labels mode, 2-shot")]:
+                     ("2-shot, prior-corrected", "labels mode, 2-shot"), ("zero-shot", "labels mode, llamadecide-2"),
+                     ("2-shot", "labels mode, llamadecide-2, 2-shot")]:
         assert expected in methods
     assert next(r for r in result["rows"] if r["method"] == "2-shot")["labels_used"] == 2
     assert any(m == "head" for m, _ in methods) and any(m == "chosen by CV" for m, _ in methods)
@@ -30,7 +31,8 @@ def test_quality_bench_on_a_slice(tmp_path, capsys):
     chosen = [m for m, _ in methods].index("chosen by CV")
     assert methods[chosen + 1][0] == "chosen by CV, nested"
     nested = result["rows"][chosen + 1]
-    assert nested["labels_used"] == 24 and nested["variant"].startswith(methods[chosen][1])
+    # 30 labelled items less the 2 the question-first 2-shot prefix shows, four fifths of them per outer fold
+    assert nested["labels_used"] == 22 and nested["variant"].startswith(methods[chosen][1])
     assert methods[-3:] == [("TF-IDF + LR (baseline)", "words"), ("TF-IDF + LR (baseline)", "char 2-4-grams"),
                             ("generate-and-parse (baseline)", "3 items")]
     for row in result["rows"]:

@@ -48,15 +48,20 @@ def test_local_run_writes_report_plots_and_profile(local_run):
         assert (out / name).stat().st_size > 0, name
     summary = json.loads((out / "summary.json").read_text())
     raw, calibrated = summary["test"]["raw"], summary["test"]["calibrated"]
-    assert summary["split"] == {"seed": 0, "calibration": 20, "test": 20}
+    # the question-first 4-shot variant shows one labelled item per class: no variant is fitted on them
+    assert summary["split"] == {"seed": 0, "calibration": 16, "test": 20, "shown_as_demonstrations": 4}
     for m in (raw, calibrated):
         assert 0 <= m["accuracy"] <= 1 and m["nll"] > 0 and 0 <= m["ece_width"] <= 1
         assert m["ece_width_ci"][0] <= m["ece_width"] <= m["ece_width_ci"][1] + 1e-12
         assert len(m["per_class_ece"]) == 4
     assert {c["label"] for c in summary["candidates"]} >= {"text mode, none", "text mode, temperature",
-                                                          "text mode, head (C=0.05) + lexical"}
+                                                          "text mode, head (C=0.05) + lexical",
+                                                          "text mode, llamadecide-2, none",
+                                                          "text mode, llamadecide-2, 4-shot, head (C=0.05)"}
     profile = CalibrationProfile.load(out / "profile.json")
-    assert len(profile.model_sha256) == 64 and profile.prompt_format == "llamadecide-1" and profile.temperature > 0
+    assert len(profile.model_sha256) == 64 and profile.temperature > 0
+    assert profile.prompt_format == summary["prompt_format"] in ("llamadecide-1", "llamadecide-2")
+    assert profile.scoring().layout == profile.prompt_format
     # A prior-corrected profile serves the prior it was fitted with.
     assert (profile.prior is not None) == profile.prior_correction
     if profile.prior is not None:

@@ -121,15 +121,18 @@ class RecordingBackend:
 
     def __init__(self):
         self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.layouts: list[tuple[str, str]] = []  # (text, prompt format) of every call
 
     def identity(self) -> str:
         return "recording"
 
-    def score(self, text, question, *, rotations=1, hidden=False, demonstrations=()):
-        self.calls.append((text, tuple(d.input for d in demonstrations)))
+    def score(self, text, question, *, rotations=1, hidden=False, demonstrations=(), layout="llamadecide-1"):
+        self.layouts.append((text, layout))
+        if layout == "llamadecide-1":
+            self.calls.append((text, tuple(d.input for d in demonstrations)))
         return ItemScores([-1.0 - len(demonstrations), -2.0], [1, 1])
 
-    def content_free(self, question, *, rotations=1, demonstrations=()):
+    def content_free(self, question, *, rotations=1, demonstrations=(), layout="llamadecide-1"):
         return np.zeros((2, 2)), None
 
 
@@ -139,8 +142,8 @@ def test_calibration_scores_a_demonstration_with_the_others_only(tmp_path):
     backend = RecordingBackend()
     cache = ScoreCache(tmp_path / "cache.sqlite")
     used = np.arange(12)
-    scored = score_variants(backend, task, items, used, RunConfig(out_dir=tmp_path, shots=2, head=False), cache,
-                            pool=np.arange(8))
+    scored = score_variants(backend, task, items, used, RunConfig(out_dir=tmp_path, shots=2, head=False,
+                                                                  question_first=False), cache, pool=np.arange(8))
     cache.close()
     [plain, shot] = scored
     assert (plain.shots, shot.shots) == (0, 2)
@@ -157,6 +160,28 @@ def test_calibration_scores_a_demonstration_with_the_others_only(tmp_path):
     assert [v.shots for v in score_variants(backend, task, items, used, RunConfig(out_dir=tmp_path, shots=2, head=False),
                                             cache)] == [0]
     cache.close()
+
+
+def test_question_first_demonstrations_are_never_scored_nor_fitted_on(tmp_path):
+    """Many-shot in the question-first format: one prefix for every item (evaluated once); the items
+    it shows are part of every prompt, so no variant is fitted or measured on them."""
+    from llamadecide.calibration.run import demonstration_items
+
+    task = Task("t", "predicate", "It holds.", [True, False], [None, None], {"1": True, "0": False})
+    items = [LabelledItem(id=str(i), text=f"item {i}", label=str(i % 2)) for i in range(12)]
+    backend = RecordingBackend()
+    cache = ScoreCache(tmp_path / "cache.sqlite")
+    scored = score_variants(backend, task, items, np.arange(12), RunConfig(out_dir=tmp_path, head=False,
+                                                                          shots_per_class=(0, 2)), cache,
+                            pool=np.arange(8))
+    cache.close()
+    assert [(v.layout, v.shots) for v in scored] == [("llamadecide-1", 0), ("llamadecide-2", 0), ("llamadecide-2", 4)]
+    many = list(scored)[2]
+    shown = scored[many].shown
+    assert len(shown) == 4 and set(shown) <= set(range(8)) and list(demonstration_items(scored)) == sorted(shown)
+    question_first = [text for text, layout in backend.layouts if layout == "llamadecide-2"]
+    assert sum(text in question_first for text in (items[i].text for i in shown)) == len(shown)  # zero-shot only
+    assert len(question_first) == 12 + 12 - len(shown)
 
 
 def test_a_profile_checks_its_demonstrations():

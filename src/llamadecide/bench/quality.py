@@ -33,8 +33,8 @@ from llamadecide.calibration.backends import LocalBackend
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.data import TASKS_DIR, LabelledItem, Task, load_task, read_labelled
 from llamadecide.calibration.fitting import Candidate, splitter
-from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, apply_variant, fit_variant, out_of_fold,
-                                         score_variants, select, split)
+from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, apply_variant, demonstration_items,
+                                         fit_variant, out_of_fold, score_variants, select, split)
 from llamadecide.calibration.thresholds import Threshold, evaluate_threshold, select_threshold
 from llamadecide.decisions import lexical
 from llamadecide.decisions.maths import confidence
@@ -143,7 +143,9 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
                 nested: bool = False) -> list[dict]:
     """Zero-shot (or k-shot) and prior-corrected (no labels fitted) for each variant, the best head
     for each variant, the method `llamadecide calibrate` would choose, and (`nested`) that method
-    measured by nested cross-validation on the labelled part."""
+    measured by nested cross-validation on the labelled part. Items shown as demonstrations in a
+    question-first prefix are left out of the labelled part (as `calibrate` does)."""
+    cal_idx = np.setdiff1d(cal_idx, demonstration_items(scored))
     y_cal, y_test = y[cal_idx], y[test_idx]
     rows = []
     for variant, data in scored.items():
@@ -160,8 +162,8 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
     heads = [r for r in results if r["kind"] == "head"]
     for variant in scored:
         for lexical, name in ((False, "head"), (True, "head + lexical")):
-            mine = [r for r in heads if (r["mode"], r["rotations"], r["shots"], r["lexical"])
-                    == (variant.mode, variant.rotations, variant.shots, lexical)]
+            mine = [r for r in heads if (r["mode"], r["rotations"], r["shots"], r["layout"], r["lexical"])
+                    == (variant.mode, variant.rotations, variant.shots, variant.layout, lexical)]
             if mine:
                 rows.append(_fitted_row(name, min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
     best = min(results, key=lambda r: r["cv_nll"])
@@ -214,7 +216,8 @@ def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, conso
     used = np.concatenate([cal_idx, test_idx])
     rotations = args.rotations if len(task.options) <= args.max_rotated_options else 1
     config = RunConfig(out_dir=args.out, compare_modes=len(args.modes) > 1, rotations=rotations, shots=args.shots,
-                       show_progress=not args.quiet, only_mode=None if len(args.modes) > 1 else args.modes[0])
+                       show_progress=not args.quiet, only_mode=None if len(args.modes) > 1 else args.modes[0],
+                       question_first=not args.no_question_first, shots_per_class=tuple(args.shots_per_class))
     cache = ScoreCache(args.out / f"cache-{model}-{name}.sqlite")
     began = time.perf_counter()
     try:
@@ -285,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rotations", type=int, default=4, help="labels-mode rotations (data sets with few options)")
     parser.add_argument("--shots", type=int, default=0,
                         help="also measure k-shot: this many labelled items shown before each question")
+    parser.add_argument("--no-question-first", action="store_true",
+                        help="do not measure the question-first prompt format llamadecide-2")
+    parser.add_argument("--shots-per-class", type=int, nargs="*", default=[1],
+                        help="question-first many-shot: demonstrations per class in the shared prefix (none: zero-shot only)")
     parser.add_argument("--max-rotated-options", type=int, default=8)
     parser.add_argument("--modes", nargs="+", default=["text", "labels"], choices=["text", "labels"],
                         help="scoring modes to measure (text alone halves the cost on many-option sets)")
@@ -307,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=170)
     results = []
     for model in args.model:
-        engine = Engine(EngineConfig(model_path=resolve_model_path(model), n_ctx=4096, n_threads=args.threads))
+        engine = Engine(EngineConfig(model_path=resolve_model_path(model), n_ctx=8192, n_threads=args.threads))
         for name in args.dataset:
             label = model if model in BUNDLED else Path(model).stem
             results.append(run_one(engine, label, name, DATASETS[name], args, console))

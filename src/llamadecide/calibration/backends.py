@@ -31,9 +31,9 @@ class Backend(Protocol):
 
     def identity(self) -> str: ...
     def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
-              demonstrations: tuple[Demonstration, ...] = ()) -> ItemScores: ...
-    def content_free(self, question: Question, *, rotations: int = 1,
-                     demonstrations: tuple[Demonstration, ...] = ()) -> tuple[np.ndarray, np.ndarray | None]: ...
+              demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION) -> ItemScores: ...
+    def content_free(self, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
+                     layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray | None]: ...
 
 
 class LocalBackend:
@@ -49,14 +49,15 @@ class LocalBackend:
         return self.engine.model_sha256
 
     def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
-              demonstrations: tuple[Demonstration, ...] = ()) -> ItemScores:
+              demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION) -> ItemScores:
         logprobs, lengths, state = self.decider.scores(text, question, rotations=rotations, hidden=hidden,
-                                                       demonstrations=demonstrations)
+                                                       demonstrations=demonstrations, layout=layout)
         return ItemScores(logprobs, lengths, state)
 
-    def content_free(self, question: Question, *, rotations: int = 1,
-                     demonstrations: tuple[Demonstration, ...] = ()) -> tuple[np.ndarray, np.ndarray | None]:
-        return self.decider.content_free_scores(question, rotations=rotations, demonstrations=demonstrations)
+    def content_free(self, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
+                     layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.decider.content_free_scores(question, rotations=rotations, demonstrations=demonstrations,
+                                                layout=layout)
 
 
 def wire_question(question: Question) -> dict[str, Any]:
@@ -120,18 +121,21 @@ class _RemoteBackend:
         return self._identity
 
     def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
-              demonstrations: tuple[Demonstration, ...] = ()) -> ItemScores:
+              demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION) -> ItemScores:
         if hidden:
             raise LlamaDecideError(f"{self.description} does not expose hidden states; fit heads with the local backend")
         if demonstrations:
             raise LlamaDecideError(f"{self.description} takes no demonstrations; fit k-shot with the local backend")
+        if layout != PROMPT_FORMAT_VERSION:
+            raise LlamaDecideError(f"{self.description} asks every question in {PROMPT_FORMAT_VERSION!r}; "
+                                   f"measure {layout!r} with the local backend")
         return _logprobs_from_answer(self._post(self._body(text, question, rotations))["answers"][0], question)
 
-    def content_free(self, question: Question, *, rotations: int = 1,
-                     demonstrations: tuple[Demonstration, ...] = ()) -> tuple[np.ndarray, np.ndarray | None]:
+    def content_free(self, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
+                     layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray | None]:
         """The endpoint's answers on content-free inputs (normalised log-probabilities: the prior is
         the same whether or not they were normalised)."""
-        rows = [self.score(text, question, rotations=rotations, demonstrations=demonstrations).logprobs
+        rows = [self.score(text, question, rotations=rotations, demonstrations=demonstrations, layout=layout).logprobs
                 for text in CONTENT_FREE_INPUTS]
         return np.asarray(rows), None
 

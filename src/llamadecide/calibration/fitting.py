@@ -149,7 +149,10 @@ def fit(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, *, kind: Kind,
 
     start = fit(L, lengths, y, kind="temperature", length_normalize=length_normalize, prior=prior)
     theta0 = np.concatenate([[np.log(start.temperature)], np.zeros(k - 1)])
-    result = minimize(objective, theta0, method="L-BFGS-B")
+    # The log-temperature stays within the temperature fit's own range: unbounded, the optimiser can
+    # step to exp(-10^4) = 0 on separable data (and divide by it).
+    bounds = [(-4.0, 4.0)] + [(None, None)] * (k - 1)
+    result = minimize(objective, theta0, method="L-BFGS-B", bounds=bounds)
     bias = tuple(float(b) for b in np.concatenate([[0.0], result.x[1:]]))
     return Calibrator("temperature+bias", length_normalize, float(np.exp(result.x[0])), bias, prior=prior_t)
 

@@ -23,7 +23,7 @@ from llamadecide.calibration.profile import CalibrationProfile, DemonstrationPar
 from llamadecide.calibration.report import write_html
 from llamadecide.calibration.thresholds import conformal_quantile, conformal_report, evaluate_threshold, select_threshold
 from llamadecide.decisions.maths import confidence
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST
 from llamadecide.decisions.service import Demonstration
 from llamadecide.errors import InvalidRequestError
 
@@ -44,6 +44,10 @@ class RunConfig:
     lexical: bool = True  # also try each head fused with a lexical expert on the input text
     only_mode: str | None = None  # score in this mode instead of the task's default
     shots: int = 0  # also score with this many labelled demonstrations before each item (local backend)
+    # Also the question-first prompt format (local backend): zero-shot, and with this many
+    # demonstrations per class for each number given (many-shot: they live in the shared prefix).
+    question_first: bool = True
+    shots_per_class: tuple[int, ...] = (1,)
     bins: int = 15
     bootstrap_rounds: int = 200
     profile_name: str | None = None
@@ -68,10 +72,12 @@ class Variant:
     mode: str
     rotations: int = 1
     shots: int = 0  # demonstrations from the labelled part put before each item
+    layout: str = PROMPT_FORMAT_VERSION
 
     @property
     def label(self) -> str:
-        return (f"{self.mode} mode" + (f", {self.rotations} rotations" if self.rotations > 1 else "")
+        return (f"{self.mode} mode" + (f", {self.layout}" if self.layout != PROMPT_FORMAT_VERSION else "")
+                + (f", {self.rotations} rotations" if self.rotations > 1 else "")
                 + (f", {self.shots}-shot" if self.shots else ""))
 
 
@@ -83,10 +89,13 @@ class VariantScores:
     content_free: tuple[np.ndarray, np.ndarray | None] | None  # rows on content-free inputs, their lengths
     demonstrations: tuple[Demonstration, ...] = ()  # shown before every item (k-shot variants)
     texts: list[str] | None = None  # every item's input as the model sees it (for a head's lexical expert)
+    shown: tuple[int, ...] = ()  # the items shown as demonstrations (question-first: never scored)
 
 
 def _cache_mode(variant: Variant, hidden: bool, demonstrations: tuple[Demonstration, ...] = ()) -> str:
     mode = variant.mode if variant.rotations == 1 else f"{variant.mode}|rotations={variant.rotations}"
+    if variant.layout != PROMPT_FORMAT_VERSION:
+        mode += f"|layout={variant.layout}"
     if demonstrations:
         shown = json.dumps([[d.input, d.option] for d in demonstrations])
         mode += f"|demonstrations={hashlib.sha256(shown.encode()).hexdigest()[:16]}"
@@ -103,7 +112,18 @@ def variants_for(task: Task, config: "RunConfig", *, demonstrations: bool = True
         found.append(Variant("labels", min(config.rotations, len(task.options))))
     if config.shots > 0 and demonstrations:
         found.append(Variant(default_mode, shots=config.shots))
+    if config.question_first and demonstrations:
+        found.append(Variant(default_mode, layout=QUESTION_FIRST))
+        found.extend(Variant(default_mode, shots=n * len(task.options), layout=QUESTION_FIRST)
+                     for n in sorted(set(config.shots_per_class)) if n > 0)
     return found
+
+
+def demonstration_items(scored: dict[Variant, "VariantScores"]) -> np.ndarray:
+    """Items shown as demonstrations in a question-first variant's shared prefix: no variant is
+    fitted or measured on them (that variant could not be: they are part of its prompt)."""
+    return np.array(sorted({i for variant, data in scored.items() if variant.layout == QUESTION_FIRST for i in data.shown}),
+                    dtype=int)
 
 
 def choose_demonstrations(items: list[LabelledItem], y: np.ndarray, pool: np.ndarray, shots: int,
@@ -138,11 +158,12 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
     variants = variants_for(task, config, demonstrations=backend.supports_demonstrations and pool is not None)
     want_hidden = config.head and backend.supports_hidden
     hidden_variant: dict[Variant, bool] = {}
-    prompts_with_hidden: set[tuple[str, int]] = set()
+    prompts_with_hidden: set[tuple[str, int, str]] = set()
     for variant in variants:
-        hidden_variant[variant] = want_hidden and (variant.mode, variant.shots) not in prompts_with_hidden
+        prompt = (variant.mode, variant.shots, variant.layout)
+        hidden_variant[variant] = want_hidden and prompt not in prompts_with_hidden
         if hidden_variant[variant]:
-            prompts_with_hidden.add((variant.mode, variant.shots))
+            prompts_with_hidden.add(prompt)
     shown: dict[Variant, list[int]] = {v: [] for v in variants}  # item indices of each variant's demonstrations
     demonstrations: dict[Variant, tuple[Demonstration, ...]] = {v: () for v in variants}
     if any(v.shots for v in variants):
@@ -155,19 +176,21 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
     k = len(task.options)
     L = {v: np.zeros((len(items), k)) for v in variants}
     lengths: dict[Variant, np.ndarray | None] = {v: np.ones((len(items), k)) for v in variants}
-    hidden: dict[tuple[str, int], np.ndarray] = {}
+    hidden: dict[tuple[str, int, str], np.ndarray] = {}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=not config.show_progress) as progress:
         bar = progress.add_task("scoring (" + "; ".join(v.label for v in variants) + ")", total=len(used))
         for n, i in enumerate(used):
             for variant in variants:
+                if variant.layout == QUESTION_FIRST and i in shown[variant]:
+                    continue  # part of this variant's prompt: never scored (see demonstration_items)
                 own = tuple(d for j, d in zip(shown[variant], demonstrations[variant]) if j != i)
                 key = cache.key(identity, PROMPT_FORMAT_VERSION, _cache_mode(variant, hidden_variant[variant], own),
                                 task.fingerprint(), items[i].text)
                 scores = cache.get(key)
                 if scores is None:
                     scores = backend.score(items[i].text, questions[variant], rotations=variant.rotations,
-                                           hidden=hidden_variant[variant], demonstrations=own)
+                                           hidden=hidden_variant[variant], demonstrations=own, layout=variant.layout)
                     cache.put(key, scores)
                 L[variant][i] = scores.logprobs
                 if scores.n_tokens is None:
@@ -175,7 +198,8 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
                 elif lengths[variant] is not None:
                     lengths[variant][i] = scores.n_tokens
                 if scores.hidden is not None:
-                    hidden.setdefault((variant.mode, variant.shots), np.zeros((len(items), len(scores.hidden))))[i] = scores.hidden
+                    hidden.setdefault((variant.mode, variant.shots, variant.layout),
+                                      np.zeros((len(items), len(scores.hidden))))[i] = scores.hidden
             if n % 20 == 0:
                 cache.commit()
             progress.advance(bar)
@@ -184,11 +208,12 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
     texts = [item.text for item in items]  # strings: the model sees them verbatim (prompt.render_state)
     for variant in variants:
         content_free = (backend.content_free(questions[variant], rotations=variant.rotations,
-                                             demonstrations=demonstrations[variant])
+                                             demonstrations=demonstrations[variant], layout=variant.layout)
                         if config.prior_correction else None)
-        variant_hidden = hidden.get((variant.mode, variant.shots))
+        variant_hidden = hidden.get((variant.mode, variant.shots, variant.layout))
         scored[variant] = VariantScores(L[variant], lengths[variant], variant_hidden, content_free, demonstrations[variant],
-                                        texts if variant_hidden is not None and config.lexical else None)
+                                        texts if variant_hidden is not None and config.lexical else None,
+                                        tuple(shown[variant]))
     return scored
 
 
@@ -206,6 +231,8 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         scored = score_variants(backend, task, items, used, config, cache, pool=cal_idx)
     finally:
         cache.close()
+    shown = demonstration_items(scored)
+    cal_idx = np.setdiff1d(cal_idx, shown)
     y_cal, y_test = y_all[cal_idx], y_all[test_idx]
 
     # Choose variant, method and calibrator on the calibration part only.
@@ -242,9 +269,10 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
                  "options": [o for o in task.options], "fingerprint": task.fingerprint()},
         "backend": backend.description,
         "model_sha256": identity,
-        "prompt_format": PROMPT_FORMAT_VERSION,
+        "prompt_format": variant.layout,
         "dataset_fingerprint": config.dataset_fingerprint,
-        "split": {"seed": config.seed, "calibration": int(len(cal_idx)), "test": int(len(test_idx))},
+        "split": {"seed": config.seed, "calibration": int(len(cal_idx)), "test": int(len(test_idx)),
+                  "shown_as_demonstrations": int(len(shown))},
         "candidates": results,
         "chosen": {**best, "temperature": getattr(chosen, "temperature", None),
                    "bias": list(chosen.bias) if getattr(chosen, "bias", None) else None,
@@ -261,7 +289,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     profile = CalibrationProfile(
         name=config.profile_name or task.name,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        model_sha256=identity, prompt_format=PROMPT_FORMAT_VERSION,
+        model_sha256=identity, prompt_format=variant.layout,
         task=summary["task"], mode=variant.mode, calibrator=chosen.kind, length_normalize=chosen.length_normalize,
         temperature=getattr(chosen, "temperature", 1.0), bias=list(chosen.bias) if getattr(chosen, "bias", None) else None,
         method=candidate.method, prior_correction=candidate.prior_correction,
@@ -300,6 +328,7 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
             label = f"{variant.label}, {candidate.label}"
             fitted[label] = (variant, candidate)
             results.append({"mode": variant.mode, "rotations": variant.rotations, "shots": variant.shots,
+                            "layout": variant.layout,
                             "method": candidate.method,
                             "kind": candidate.kind, "lexical": candidate.lexical,
                             "length_normalize": candidate.length_normalize,
