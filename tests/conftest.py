@@ -18,8 +18,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="session")
 def engine() -> Engine:
-    """The real engine on the bundled SmolLM2-135M-Instruct GGUF, shared by the session."""
-    return Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=4096, seed=0))
+    """The real engine on the bundled SmolLM2-135M-Instruct GGUF, shared by the session (on the GPU
+    with LLAMADECIDE_N_GPU_LAYERS, as scripts/gpu-check.sh runs it)."""
+    layers = int(os.environ.get("LLAMADECIDE_N_GPU_LAYERS", "0"))
+    return Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=4096, seed=0, n_gpu_layers=layers))
 
 
 API_KEY = "test-key-0123456789"

@@ -4,8 +4,8 @@
         [--shots-per-class 1 2] [--json FILE]
 
 Per data set, the same N test items are decided in sequence, as a running server sees them (warm,
-a different input each time), once per layout: the state-first format `llamadecide-1`, the
-question-first format `llamadecide-2` zero-shot, and `llamadecide-2` with k demonstrations (k per
+a different input each time), once per layout: the state-first format `llamadecide-1`, and each
+question-first format (`llamadecide-2`, `llamadecide-3`) zero-shot and with k demonstrations (k per
 class, balanced, from the data set's labelled part; the evaluated items are never shown). A layout's
 first request evaluates (and pins) its question prefix: it is timed apart as `first_s` and not
 counted in the per-request figures. Per layout: evaluated rows (tokens) and llama_decode calls per
@@ -28,7 +28,7 @@ from llamadecide.bench.quality import DATASETS
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.run import choose_demonstrations, split
 from llamadecide.decisions import Decider, Scoring
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
 from llamadecide.decisions.service import Demonstration
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
 
@@ -63,11 +63,13 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
     texts = [items[i].text for i in test]
     question = task.question()
     decider = Decider(engine)
-    rules = [Scoring(layout=PROMPT_FORMAT_VERSION), Scoring(layout=QUESTION_FIRST)]
-    for per_class in args.shots_per_class:
-        chosen = choose_demonstrations(items, y, pool, per_class * len(task.options), args.seed)
-        rules.append(Scoring(layout=QUESTION_FIRST, demonstrations=tuple(Demonstration(items[i].text, int(y[i]))
-                                                                         for i in chosen)))
+    rules = [Scoring(layout=PROMPT_FORMAT_VERSION)]
+    for layout in QUESTION_FIRST_FORMATS:
+        rules.append(Scoring(layout=layout))
+        for per_class in args.shots_per_class:
+            chosen = choose_demonstrations(items, y, pool, per_class * len(task.options), args.seed)
+            rules.append(Scoring(layout=layout, demonstrations=tuple(Demonstration(items[i].text, int(y[i]))
+                                                                     for i in chosen)))
     rows = []
     for rule in rules:
         if args.layouts and rule.layout not in args.layouts:
@@ -105,22 +107,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", nargs="*", default=None, help="only these prompt formats")
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="write {'rows': [...]} with every figure here")
     args = parser.parse_args(argv)
     path = resolve_model_path(args.model)
-    engine = Engine(EngineConfig(model_path=path, n_ctx=args.n_ctx, n_threads=args.threads))
+    engine = Engine(EngineConfig(model_path=path, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers))
     rows: list[dict] = []
     try:
         for name in args.dataset:
             rows.extend(run_dataset(engine, name, args))
     finally:
         engine.close()
-    title = f"{path.name} · {engine.n_threads} threads · {platform.processor() or platform.machine()}"
+    device = "GPU" if args.n_gpu_layers else "CPU"
+    title = f"{path.name} · {device} · {engine.n_threads} threads · {platform.processor() or platform.machine()}"
     print_table(rows, Console(width=150), title)
     if args.json:
-        args.json.write_text(json.dumps({"model": path.name, "threads": engine.n_threads, "machine": platform.machine(),
-                                         "rows": rows}, indent=2), encoding="utf-8")
+        args.json.write_text(json.dumps({"model": path.name, "device": device, "threads": engine.n_threads,
+                                         "machine": platform.machine(), "rows": rows}, indent=2), encoding="utf-8")
     return 0
 
 

@@ -38,6 +38,7 @@ from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, appl
 from llamadecide.calibration.thresholds import Threshold, evaluate_threshold, select_threshold
 from llamadecide.decisions import lexical
 from llamadecide.decisions.maths import confidence
+from llamadecide.decisions.prompt import PROMPT_FORMATS
 from llamadecide.engine import Engine, EngineConfig, SamplingParams, resolve_model_path
 from llamadecide.engine.model_files import BUNDLED
 
@@ -217,7 +218,7 @@ def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, conso
     rotations = args.rotations if len(task.options) <= args.max_rotated_options else 1
     config = RunConfig(out_dir=args.out, compare_modes=len(args.modes) > 1, rotations=rotations, shots=args.shots,
                        show_progress=not args.quiet, only_mode=None if len(args.modes) > 1 else args.modes[0],
-                       question_first=not args.no_question_first, shots_per_class=tuple(args.shots_per_class))
+                       layouts=tuple(args.layouts), shots_per_class=tuple(args.shots_per_class))
     cache = ScoreCache(args.out / f"cache-{model}-{name}.sqlite")
     began = time.perf_counter()
     try:
@@ -288,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rotations", type=int, default=4, help="labels-mode rotations (data sets with few options)")
     parser.add_argument("--shots", type=int, default=0,
                         help="also measure k-shot: this many labelled items shown before each question")
-    parser.add_argument("--no-question-first", action="store_true",
-                        help="do not measure the question-first prompt format llamadecide-2")
+    parser.add_argument("--layouts", nargs="+", default=list(PROMPT_FORMATS), choices=list(PROMPT_FORMATS),
+                        help="prompt formats to measure (question-first ones zero-shot and many-shot)")
     parser.add_argument("--shots-per-class", type=int, nargs="*", default=[1],
                         help="question-first many-shot: demonstrations per class in the shared prefix (none: zero-shot only)")
     parser.add_argument("--max-rotated-options", type=int, default=8)

@@ -23,7 +23,7 @@ from llamadecide.calibration.profile import CalibrationProfile, DemonstrationPar
 from llamadecide.calibration.report import write_html
 from llamadecide.calibration.thresholds import conformal_quantile, conformal_report, evaluate_threshold, select_threshold
 from llamadecide.decisions.maths import confidence
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, PROMPT_FORMATS, QUESTION_FIRST_FORMATS
 from llamadecide.decisions.service import Demonstration
 from llamadecide.errors import InvalidRequestError
 
@@ -44,9 +44,10 @@ class RunConfig:
     lexical: bool = True  # also try each head fused with a lexical expert on the input text
     only_mode: str | None = None  # score in this mode instead of the task's default
     shots: int = 0  # also score with this many labelled demonstrations before each item (local backend)
-    # Also the question-first prompt format (local backend): zero-shot, and with this many
-    # demonstrations per class for each number given (many-shot: they live in the shared prefix).
-    question_first: bool = True
+    # Prompt formats to measure (besides the state-first default, local backend only): each
+    # question-first one zero-shot, and with this many demonstrations per class for each number given
+    # (many-shot: they live in the shared prefix).
+    layouts: tuple[str, ...] = PROMPT_FORMATS
     shots_per_class: tuple[int, ...] = (1,)
     bins: int = 15
     bootstrap_rounds: int = 200
@@ -112,18 +113,19 @@ def variants_for(task: Task, config: "RunConfig", *, demonstrations: bool = True
         found.append(Variant("labels", min(config.rotations, len(task.options))))
     if config.shots > 0 and demonstrations:
         found.append(Variant(default_mode, shots=config.shots))
-    if config.question_first and demonstrations:
-        found.append(Variant(default_mode, layout=QUESTION_FIRST))
-        found.extend(Variant(default_mode, shots=n * len(task.options), layout=QUESTION_FIRST)
-                     for n in sorted(set(config.shots_per_class)) if n > 0)
+    for layout in (config.layouts if demonstrations else ()):
+        if layout in QUESTION_FIRST_FORMATS:
+            found.append(Variant(default_mode, layout=layout))
+            found.extend(Variant(default_mode, shots=n * len(task.options), layout=layout)
+                         for n in sorted(set(config.shots_per_class)) if n > 0)
     return found
 
 
 def demonstration_items(scored: dict[Variant, "VariantScores"]) -> np.ndarray:
     """Items shown as demonstrations in a question-first variant's shared prefix: no variant is
     fitted or measured on them (that variant could not be: they are part of its prompt)."""
-    return np.array(sorted({i for variant, data in scored.items() if variant.layout == QUESTION_FIRST for i in data.shown}),
-                    dtype=int)
+    return np.array(sorted({i for variant, data in scored.items() if variant.layout in QUESTION_FIRST_FORMATS
+                            for i in data.shown}), dtype=int)
 
 
 def choose_demonstrations(items: list[LabelledItem], y: np.ndarray, pool: np.ndarray, shots: int,
@@ -182,7 +184,7 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
         bar = progress.add_task("scoring (" + "; ".join(v.label for v in variants) + ")", total=len(used))
         for n, i in enumerate(used):
             for variant in variants:
-                if variant.layout == QUESTION_FIRST and i in shown[variant]:
+                if variant.layout in QUESTION_FIRST_FORMATS and i in shown[variant]:
                     continue  # part of this variant's prompt: never scored (see demonstration_items)
                 own = tuple(d for j, d in zip(shown[variant], demonstrations[variant]) if j != i)
                 key = cache.key(identity, PROMPT_FORMAT_VERSION, _cache_mode(variant, hidden_variant[variant], own),

@@ -35,7 +35,7 @@ def calibrate_command(
                                           "(character n-gram TF-IDF of the input)")] = True,
     shots: Annotated[int, typer.Option("--shots", min=0, help="Also try showing this many labelled calibration items "
                                        "before each question (k-shot, local backend; scores every item once more)")] = 0,
-    question_first: Annotated[bool, typer.Option("--question-first/--no-question-first", help="Also try the question-first prompt format llamadecide-2 (its question prefix is evaluated once per server, not per request; local backend)")] = True,
+    layouts: Annotated[list[str], typer.Option("--layout", help="Prompt formats to compare (repeat): llamadecide-1 (state first), llamadecide-2 and llamadecide-3 (question first: the question is evaluated once per server, not per request; local backend)")] = ["llamadecide-1", "llamadecide-2", "llamadecide-3"],
     shots_per_class: Annotated[list[int], typer.Option("--shots-per-class", min=0, help="Question-first many-shot: this many labelled calibration items per class in the shared prefix (repeat to try several; 0: zero-shot only); the items shown are left out of fitting and measuring")] = [1],
     out: Annotated[Path, typer.Option("--out", help="Output directory (cache, plots, report, profile)")] = Path("calibration-out"),
     profile_name: Annotated[Optional[str], typer.Option("--profile-name", help="Name of the written profile (default: the task's)")] = None,
@@ -49,6 +49,7 @@ def calibrate_command(
     from llamadecide.calibration.data import file_fingerprint, load_task, read_labelled
     from llamadecide.calibration.report import print_summary
     from llamadecide.calibration.run import RunConfig, calibrate
+    from llamadecide.decisions.prompt import check_layout
     from llamadecide.engine import Engine
 
     try:
@@ -60,7 +61,8 @@ def calibrate_command(
                            target_precision=target_precision, confidence_level=confidence_level,
                            conformal_alpha=conformal_alpha, compare_modes=compare_modes, profile_name=profile_name,
                            rotations=rotations, prior_correction=prior_correction, head=head, lexical=lexical,
-                           shots=shots, question_first=question_first, shots_per_class=tuple(shots_per_class),
+                           shots=shots, layouts=tuple(check_layout(layout) for layout in layouts),
+                           shots_per_class=tuple(shots_per_class),
                            dataset_fingerprint=file_fingerprint(data, text_column, label_column))
         try:
             summary = calibrate(chosen, the_task, items, config)

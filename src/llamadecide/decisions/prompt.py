@@ -7,11 +7,15 @@ questions about one state share the state's evaluated KV prefix. Demonstrations 
 earlier exchanges in the same layout, each repeating the question, placed after the system
 instruction.
 
-`llamadecide-2` (question first): the system instruction and the question block (instructions and
-every allowed answer) open the conversation, with demonstrations as earlier `input -> answer`
-exchanges; only the last user turn, the input with a short recap of the question, depends on the
+`llamadecide-2` and `llamadecide-3` (question first): the system instruction and the question block
+(instructions and every allowed answer, with descriptions) open the conversation, with
+demonstrations as earlier `input -> answer` exchanges; only the last user turn depends on the
 request. Every request asking the same question shares that prefix (the engine pins it), so a
-decision pays for its input, not for the question it repeats.
+decision pays for its last turn, not for the question block. In `llamadecide-2` that turn is the
+input followed by the allowed answers' names (what the model reads last before answering: without
+it, zero-shot accuracy falls by 10 to 20 points on the default model); in `llamadecide-3` it is the
+input and the question's instructions only, the cheapest turn for questions with many options, whose
+accuracy comes from demonstrations in the prefix.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from llamadecide.decisions.questions import Question
 from llamadecide.errors import InvalidRequestError
 
 PROMPT_FORMAT_VERSION = "llamadecide-1"  # the default layout
-QUESTION_FIRST = "llamadecide-2"
-PROMPT_FORMATS = (PROMPT_FORMAT_VERSION, QUESTION_FIRST)
+QUESTION_FIRST = "llamadecide-2"  # question first, the answers' names after the input
+INPUT_LAST = "llamadecide-3"  # question first, the input and the instructions only after it
+QUESTION_FIRST_FORMATS = (QUESTION_FIRST, INPUT_LAST)
+PROMPT_FORMATS = (PROMPT_FORMAT_VERSION, *QUESTION_FIRST_FORMATS)
 
 SYSTEM_PROMPT = (
     "You are a careful classifier. Read the input, then answer the question about it with "
@@ -83,8 +89,8 @@ def build_messages(state_text: str, question: Question, demonstrations: Sequence
                    layout: str = PROMPT_FORMAT_VERSION) -> list[dict[str, str]]:
     """The chat for one question about one state; `demonstrations` are (input text, answer text)
     exchanges shown before it. Every message but the last is the same for every state."""
-    if check_layout(layout) == QUESTION_FIRST:
-        return _question_first(state_text, question, demonstrations)
+    if check_layout(layout) in QUESTION_FIRST_FORMATS:
+        return _question_first(state_text, question, demonstrations, recap_answers=layout == QUESTION_FIRST)
     block = question_block(question)
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     for text, answer in demonstrations:
@@ -94,14 +100,15 @@ def build_messages(state_text: str, question: Question, demonstrations: Sequence
     return messages
 
 
-def _question_first(state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+def _question_first(state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]], *,
+                    recap_answers: bool) -> list[dict[str, str]]:
     messages = [{"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": question_block(question, closing=False) + "\n\n" + SESSION_OPENING},
                 {"role": "assistant", "content": SESSION_ACKNOWLEDGEMENT}]
     for text, answer in demonstrations:
-        messages.append({"role": "user", "content": _question_first_turn(text, question)})
+        messages.append({"role": "user", "content": _question_first_turn(text, question, recap_answers)})
         messages.append({"role": "assistant", "content": answer})
-    messages.append({"role": "user", "content": _question_first_turn(state_text, question)})
+    messages.append({"role": "user", "content": _question_first_turn(state_text, question, recap_answers)})
     return messages
 
 
@@ -109,5 +116,7 @@ SESSION_OPENING = "Each of my next messages is one input. Answer the question ab
 SESSION_ACKNOWLEDGEMENT = "Understood."
 
 
-def _question_first_turn(text: str, question: Question) -> str:
+def _question_first_turn(text: str, question: Question, recap_answers: bool) -> str:
+    if recap_answers:
+        return f"Input:\n{text}\n\nAllowed answers: {', '.join(question.answer_texts())}\n{answer_prompt(question)}"
     return f"Input:\n{text}\n\nQuestion: {question.instructions.strip()}\n{answer_prompt(question)}"

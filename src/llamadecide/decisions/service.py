@@ -12,7 +12,7 @@ import numpy as np
 
 from llamadecide.decisions import maths
 from llamadecide.decisions.lexical import LexicalModel
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST, build_messages, check_layout, render_state
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS, build_messages, check_layout, render_state
 from llamadecide.decisions.questions import OptionValue, Question
 from llamadecide.errors import ContextOverflowError, InvalidRequestError
 
@@ -199,9 +199,9 @@ class Decider:
         """Per question, every option of every rotation in one batched evaluation, and each option's
         log-likelihood averaged over its rotations, in the question's own option order."""
         for rule in rules:
-            if check_layout(rule.layout) == QUESTION_FIRST and rule.rotations > 1:
+            if check_layout(rule.layout) in QUESTION_FIRST_FORMATS and rule.rotations > 1:
                 raise InvalidRequestError(f"rotations need the state-first prompt format {PROMPT_FORMAT_VERSION!r}: "
-                                          f"in {QUESTION_FIRST!r} each rotation would be a question prefix of its own",
+                                          f"in {rule.layout!r} each rotation would be a question prefix of its own",
                                           param="rotations")
         per_question: list[list[tuple[int, _Scored]]] = [
             [(shift, self._tokenize(state_text, rotate(question, shift), _shown(question, rule.demonstrations, shift),
@@ -213,7 +213,7 @@ class Decider:
         # cached prefix it shares with the previous one. Scoring each question in a layout of its
         # own makes its answer exactly the same whether it is asked alone or beside other questions.
         for question, rule, variants in zip(questions, rules, per_question):
-            if rule.demonstrations or rule.layout == QUESTION_FIRST:
+            if rule.demonstrations or rule.layout in QUESTION_FIRST_FORMATS:
                 self._pin_question_prefix(state_text, question, rule, variants[0][1].prompt_tokens)
             group = [s for _, item in variants for s in item.sequences]
             local = min(_common_prefix(group), min(b for _, item in variants for b in item.boundaries),
