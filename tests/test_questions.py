@@ -29,9 +29,14 @@ def test_true_and_string_true_are_shown_as_json_so_they_differ():
         choice("Which?", [Option("a", "same"), Option("b", "same")])
 
 
-def test_case_and_space_variants_are_distinct_options():
-    q = choice("Which?", ["billing", "Billing", " billing"])
-    assert q.answer_texts() == ["billing", "Billing", " billing"]
+def test_case_variants_are_distinct_options_whitespace_variants_are_not():
+    q = choice("Which?", ["billing", "Billing", "BILLING"])
+    assert q.answer_texts() == ["billing", "Billing", "BILLING"]
+    for variant in (" billing", "billing ", "billing\n"):
+        with pytest.raises(InvalidRequestError, match="differ only in surrounding whitespace"):
+            choice("Which?", ["billing", variant])
+        with pytest.raises(InvalidRequestError, match="differ only in surrounding whitespace"):
+            choice("Which?", ["billing", variant], mode="labels")
 
 
 def test_blank_option_and_instructions():

@@ -164,8 +164,8 @@ def test_multi_token_options_are_scored_on_every_token(decider, reference):
     assert all(o.n_tokens >= 4 for o in answer.options)
 
 
-def test_case_and_leading_space_variants(decider, reference):
-    q = choice("Which team?", ["billing", "Billing", " billing", "BILLING"])
+def test_case_variants(decider, reference):
+    q = choice("Which team?", ["billing", "Billing", "bIlling", "BILLING"])
     item = decider._tokenize(TICKET, q)
     answers = {tuple(s[b:]) for s, b in zip(item.sequences, item.boundaries)}
     assert len(answers) == 4  # four different token sequences

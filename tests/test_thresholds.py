@@ -78,3 +78,25 @@ def test_conformal_sets_cover_at_the_stated_rate():
     report = conformal_report(P_test, y_test, qhat)
     assert 0.88 <= report["coverage"] <= 0.93
     assert 1 <= report["mean_set_size"] <= 5 and 0 <= report["singleton_rate"] <= 1
+
+
+def test_an_unreachable_target_says_what_is_reachable_and_what_it_would_take():
+    from llamadecide.calibration.report import reachable_lines
+    from llamadecide.calibration.thresholds import clopper_pearson_lower, reachable
+
+    # 120 items: the 40 most confident are all right, the rest right 70% of the time
+    conf = np.concatenate([np.linspace(0.99, 0.9, 40), np.linspace(0.85, 0.3, 80)])
+    correct = np.concatenate([np.ones(40, bool), np.arange(80) % 10 < 7])
+    assert select_threshold(conf, correct, target=0.95, confidence_level=0.95) is None  # 40 of 40 is not enough
+    found = reachable(conf, correct, target=0.95, confidence_level=0.95)
+    at = {row["precision"]: row for row in found["at_precision"]}
+    assert at[0.8]["coverage"] >= 40 / 120 and at[0.95]["threshold"] is None
+    need = found["labels_needed"]
+    assert need["observed_precision"] == 1.0 and need["more"] > 0
+    auto = round(need["labelled"] * need["coverage"])  # as many items above that threshold, all right
+    assert clopper_pearson_lower(auto, auto, 0.95) >= 0.95 > clopper_pearson_lower(40, 40, 0.95)
+    lines = reachable_lines({"target": 0.95, "confidence_level": 0.95, "reachable": found})
+    assert any("at precision 80%" in line for line in lines) and any("more)" in line for line in lines)
+    # when even the most confident answers are below the target, more labels will not help
+    hopeless = reachable(conf, np.arange(120) % 2 == 0, target=0.95, confidence_level=0.95)
+    assert hopeless["labels_needed"] is None

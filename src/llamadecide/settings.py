@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     # engine
     model: str | None = Field(None, description="GGUF path, directory, or bundled model name; default: /opt/ml/model, else the bundled qwen2.5-coder-1.5b-instruct (`llamadecide models`)")
     model_alias: str | None = Field(None, description="Model name reported to clients (default: the GGUF's general.name)")
-    n_ctx: int = Field(8192, ge=0, description="Context size in tokens (0: the model's training context); 8192 fits 255 described options")
+    n_ctx: int = Field(8192, ge=0, description="Context size in tokens (0: the model's training context); prompt, option list and answer trie must fit")
     n_batch: int = Field(512, ge=1, description="Logical batch size for prompt evaluation")
     n_ubatch: int = Field(512, ge=1, description="Physical batch size")
     n_threads: int | None = Field(None, ge=1, description="CPU threads for generation (default: all cores)")

@@ -33,7 +33,7 @@ DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 def questions() -> list[tuple[str, object]]:
     cases = [
         (TICKET, choice("Which team should handle this ticket?", ["billing", "technical support", "account security"])),
-        (TICKET, choice("Which team?", ["billing", "Billing", " billing", "BILLING"])),
+        (TICKET, choice("Which team?", ["billing", "Billing", "bIlling", "BILLING"])),
         (TICKET, predicate("The customer asks for money back.")),
         ("Please put me through to technical support.", choice("Which department?", ["technical", "technical support"])),
     ]

@@ -37,9 +37,31 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
                       f"{t['precision'] if t['precision'] is None else format(t['precision'], '.3f')}")
     else:
         console.print(f"no threshold reaches precision {th['target']:.0%} with {th['confidence_level']:.0%} confidence: escalate everything")
+        for line in reachable_lines(th):
+            console.print("  " + line)
     cp = summary["conformal"]
     console.print(f"conformal sets (alpha {cp['alpha']}): test coverage {cp['coverage']:.3f}, mean size {cp['mean_set_size']:.2f}, "
                   f"singletons {cp['singleton_rate']:.1%}")
+
+
+def reachable_lines(th: dict) -> list[str]:
+    """What the labelled items do support when the target is out of reach (thresholds.reachable)."""
+    found = th.get("reachable")
+    if not found:
+        return []
+    lines = [f"at precision {row['precision']:.0%} ({th['confidence_level']:.0%} confidence): "
+             + (f"{row['coverage']:.1%} of items handled automatically (confidence >= {row['threshold']:.2f})"
+                if row["threshold"] is not None else "no threshold either")
+             for row in found["at_precision"] if row["precision"] != th["target"]]
+    need = found["labels_needed"]
+    if need is None:
+        lines.append(f"no confident slice of the answers is above {th['target']:.0%} precision now: more labels alone "
+                     "will not reach the target (try another method, prompt format or model)")
+    else:
+        lines.append(f"the target needs about {need['labelled']} labelled calibration items ({need['more']} more) at the "
+                     f"precision the answers with confidence >= {need['threshold']:.2f} show now "
+                     f"({need['observed_precision']:.3f} on {need['coverage']:.1%} of items)")
+    return lines
 
 
 def write_html(summary: dict, out_dir: Path) -> Path:
@@ -56,7 +78,9 @@ def write_html(summary: dict, out_dir: Path) -> Path:
     policy = (f"<p>Act automatically when confidence &ge; <b>{th['calibration']['threshold']:.2f}</b>: calibration coverage "
               f"{th['calibration']['coverage']:.1%}, test coverage {th['test']['coverage']:.1%}, test precision "
               f"{th['test']['precision']:.3f} (target {th['target']:.0%} at {th['confidence_level']:.0%} confidence).</p>"
-              if th["calibration"] and th["test"]["precision"] is not None else "<p>No threshold meets the target: escalate everything.</p>")
+              if th["calibration"] and th["test"]["precision"] is not None else
+              "<p>No threshold meets the target: escalate everything.</p><ul>"
+              + "".join(f"<li>{html.escape(line)}</li>" for line in reachable_lines(th)) + "</ul>")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Calibration: {html.escape(summary['task']['name'])}</title>
 <style>body{{font:15px system-ui,sans-serif;max-width:900px;margin:2rem auto;color:#1d2330}}table{{border-collapse:collapse;margin:1rem 0}}
 td,th{{border:1px solid #ccd;padding:.3rem .6rem;text-align:right}}td:first-child,th:first-child{{text-align:left}}img{{max-width:48%}}</style></head><body>

@@ -21,7 +21,8 @@ from llamadecide.calibration.fitting import (Calibrator, Candidate, HeadCalibrat
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, HeadParams
 from llamadecide.calibration.report import write_html
-from llamadecide.calibration.thresholds import conformal_quantile, conformal_report, evaluate_threshold, select_threshold
+from llamadecide.calibration.thresholds import (conformal_quantile, conformal_report, evaluate_threshold, reachable,
+                                                select_threshold)
 from llamadecide.decisions.maths import confidence
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, PROMPT_FORMATS, QUESTION_FIRST_FORMATS
 from llamadecide.decisions.service import Demonstration
@@ -284,7 +285,9 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         "test": {"raw": metrics.summary(P_raw_test, y_test, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds),
                  "calibrated": metrics.summary(P_cal_test, y_test, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds)},
         "threshold": {"target": config.target_precision, "confidence_level": config.confidence_level,
-                      "calibration": threshold.as_dict() if threshold else None, "test": test_threshold},
+                      "calibration": threshold.as_dict() if threshold else None, "test": test_threshold,
+                      "reachable": reachable(confidence(P_cal_oof), P_cal_oof.argmax(1) == y_cal,
+                                             target=config.target_precision, confidence_level=config.confidence_level)},
         "conformal": conformal,
     }
 

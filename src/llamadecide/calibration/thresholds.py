@@ -91,3 +91,65 @@ def conformal_report(P: np.ndarray, y: np.ndarray, qhat: float) -> dict:
     precision = float((P.argmax(1)[singleton] == y[singleton]).mean()) if singleton.any() else None
     return {"qhat": qhat, "coverage": float(covered.mean()), "mean_set_size": float(sizes.mean()),
             "singleton_rate": float(singleton.mean()), "singleton_precision": precision}
+
+
+REACHABLE_TARGETS = (0.80, 0.90, 0.95)
+
+
+def reachable(conf: np.ndarray, correct: np.ndarray, *, target: float, confidence_level: float,
+              targets: tuple[float, ...] = REACHABLE_TARGETS) -> dict:
+    """What the labelled items support when a target is out of reach: the guaranteed coverage at
+    other precisions (each chosen as `select_threshold` would, so each is a guarantee of its own),
+    and roughly how many labelled items the target would need at the precision the most confident
+    answers show now (None when none of them is above the target: more labels would not help)."""
+    conf = np.asarray(conf, dtype=float)
+    correct = np.asarray(correct, dtype=bool)
+    at = []
+    for goal in sorted({*targets, target}):
+        found = select_threshold(conf, correct, target=goal, confidence_level=confidence_level)
+        at.append({"precision": goal, "threshold": found.threshold if found else None,
+                   "coverage": found.coverage if found else 0.0})
+    return {"at_precision": at, "labels_needed": labels_needed(conf, correct, target=target,
+                                                               confidence_level=confidence_level)}
+
+
+def labels_needed(conf: np.ndarray, correct: np.ndarray, *, target: float, confidence_level: float,
+                  grid: tuple[float, ...] = DEFAULT_GRID, min_items: int = 10) -> dict | None:
+    """The fewest labelled items with which some threshold's answers, at their observed precision
+    and share of items, would clear `target` at `confidence_level` (the Clopper-Pearson bound of
+    `select_threshold`), over the thresholds that hold at least `min_items` items now."""
+    best: dict | None = None
+    total = len(conf)
+    for t in sorted(grid, reverse=True):
+        mask = conf >= t
+        n = int(mask.sum())
+        if n < min_items:
+            continue
+        precision = float(correct[mask].mean())
+        if precision <= target:
+            continue
+        auto = _auto_items_needed(precision, target, confidence_level)
+        if auto is None:
+            continue
+        needed = int(np.ceil(auto * total / n))
+        if best is None or needed < best["labelled"]:
+            best = {"threshold": float(t), "coverage": n / total, "observed_precision": precision,
+                    "labelled": needed, "more": max(0, needed - total)}
+    return best
+
+
+def _auto_items_needed(precision: float, target: float, confidence_level: float, limit: int = 10**7) -> int | None:
+    """Smallest m whose bound at `precision` (rounded down to whole successes) clears `target`."""
+    def clears(m: int) -> bool:
+        return clopper_pearson_lower(int(np.floor(precision * m)), m, confidence_level) >= target
+
+    high = 1
+    while not clears(high):
+        high *= 2
+        if high > limit:
+            return None
+    low = high // 2
+    while high - low > 1:  # clears(high), and low does not (or is 0)
+        middle = (low + high) // 2
+        low, high = (low, middle) if clears(middle) else (middle, high)
+    return high

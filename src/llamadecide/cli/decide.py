@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, fail, settings_from
@@ -82,17 +83,19 @@ def answer_json(answer: Answer, model_name: str, seconds: float) -> dict:
 
 
 def print_answer(answer: Answer, model_name: str, seconds: float) -> None:
-    console = Console()
-    table = Table(title=answer.question.instructions, title_justify="left")
+    console = Console(width=max(Console().width, 120))
+    table = Table(title=escape(answer.question.instructions), title_justify="left")
     table.add_column("option")
     table.add_column("probability", justify="right")
     table.add_column("", min_width=20)
     table.add_column("log p", justify="right", style="dim")
     table.add_column("tokens", justify="right", style="dim")
+    names = {id(o): (declared.text if answer.question.type == "score" else str(o.value))  # a score's level names
+             for o, declared in zip(answer.options, answer.question.options)}
     for o in sorted(answer.options, key=lambda o: -o.probability):
         bar = "█" * round(o.probability * 30)
         style = "bold green" if o is answer.top else ""
-        table.add_row(str(o.value), f"{o.probability:.3f}", bar, f"{o.logprob:.2f}", str(o.n_tokens), style=style)
+        table.add_row(escape(names[id(o)]), f"{o.probability:.3f}", bar, f"{o.logprob:.2f}", str(o.n_tokens), style=style)
     console.print(table)
     extra = f"score {answer.score:.2f}  " if answer.question.type == "score" else ""
     console.print(

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from llamadecide.cli.common import fail
@@ -41,5 +42,6 @@ def models_command(
     for row in rows:
         size = f"{row['size_bytes'] / 2**20:.0f} MiB" if row["size_bytes"] else "-"
         name = row["name"] + (" (default)" if row["default"] else "")
-        table.add_row(name, row["kind"], size, row["licence"], row["state"], row["install"])
-    Console().print(table)
+        table.add_row(*(escape(cell) for cell in (name, row["kind"], size, row["licence"], row["state"], row["install"])))
+    # Wide enough for whole names and install commands even in a narrow terminal or a pipe.
+    Console(width=max(Console().width, 160)).print(table)

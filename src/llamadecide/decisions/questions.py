@@ -51,7 +51,7 @@ class Question:
                 f"a question may have at most {MAX_OPTIONS} options, got {len(self.options)}", param=f"{param}.options"
             )
         seen_values: set[tuple[type, OptionValue]] = set()
-        seen_texts: dict[str, OptionValue] = {}
+        seen_texts: dict[str, tuple[OptionValue, str]] = {}  # text without surrounding whitespace -> (value, text)
         for option in self.options:
             key = (type(option.value), option.value)
             if key in seen_values:
@@ -59,13 +59,20 @@ class Question:
             seen_values.add(key)
             if not option.text.strip():
                 raise InvalidRequestError("an option's text must not be empty or blank", param=f"{param}.options")
-            if self.mode == "text" and option.text in seen_texts:
-                raise InvalidRequestError(
-                    f"options {seen_texts[option.text]!r} and {option.value!r} are both shown to the model as "
-                    f"{option.text!r}; rename one or use labels mode",
-                    param=f"{param}.options",
-                )
-            seen_texts[option.text] = option.value
+            stripped = option.text.strip()
+            if stripped in seen_texts:
+                other, other_text = seen_texts[stripped]
+                if other_text != option.text:
+                    raise InvalidRequestError(
+                        f"options {other!r} and {option.value!r} differ only in surrounding whitespace, which the "
+                        "model cannot tell apart; rename one", param=f"{param}.options")
+                if self.mode == "text":
+                    raise InvalidRequestError(
+                        f"options {other!r} and {option.value!r} are both shown to the model as "
+                        f"{option.text!r}; rename one or use labels mode",
+                        param=f"{param}.options",
+                    )
+            seen_texts[stripped] = (option.value, option.text)
 
     def answer_texts(self) -> list[str]:
         """What the model is scored on saying for each option, in option order."""

