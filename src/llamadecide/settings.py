@@ -149,6 +149,7 @@ class Settings(BaseSettings):
     max_options: int = Field(255, ge=2, description="Most options in one question")
     max_tokens: int = Field(2048, ge=1, description="Most tokens one completion may generate")
     queue_size: int = Field(64, ge=1, description="Requests that may wait for the engine before 503")
+    drain_timeout: float = Field(20.0, ge=0, description="Seconds a stopping server (SIGTERM) lets in-flight and queued requests finish; then waiting ones get 503, generations stop, and it exits (SageMaker kills 30 s after its stop signal)")
     probability_log: Path | None = Field(None, description="Append one JSON line per answer to this file")
     profiles_dir: Path | None = Field(None, description="Directory of calibration profiles (JSON)")
     systemone_extensions: bool = Field(True, description="Add llamadecide's x_-prefixed fields (x_label_mass...) to System One answers")

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, fail, run_server, settings_from
+from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, fail, settings_from
 
 
 def serve_command(
@@ -35,6 +35,8 @@ def serve_command(
                              n_gpu_layers=n_gpu_layers, probability_log=probability_log,
                              profiles_dir=profiles_dir, queue_size=queue_size)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from llamadecide.server.runner import run_server
+
     code = run_server(settings, log_level=log_level)
     if code:
         raise typer.Exit(code)

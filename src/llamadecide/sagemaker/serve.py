@@ -29,7 +29,7 @@ def sagemaker_settings():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from llamadecide.cli.common import run_server
+    from llamadecide.server.runner import run_server
 
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] not in ("serve",):

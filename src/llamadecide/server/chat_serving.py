@@ -9,11 +9,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from llamadecide.engine import Engine, GenerationResult, SamplingParams, TokenEvent, json_grammar
 from llamadecide.errors import InvalidRequestError, UnsupportedError
 from llamadecide.server.protocol.chat import ChatCompletionRequest, CompletionRequest, SamplingFields
+from llamadecide.server.errors import APIError
 from llamadecide.server.scheduler import EngineScheduler
 
 log = logging.getLogger(__name__)
@@ -143,12 +144,22 @@ class ChatServing:
             iterator.close()
         return out
 
-    async def complete(self, prompt: list[int], params: SamplingParams) -> Generated:
-        return await self.scheduler.run(self._generate, prompt, params, None, threading.Event())
+    async def complete(self, prompt: list[int], params: SamplingParams, *,
+                       disconnected: Callable[[], Awaitable[bool]] | None = None) -> Generated:
+        """The whole generation. A client that goes away stops it within a token (or before it
+        starts); so does a shutdown whose drain time ran out (503: the answer would be cut)."""
+        cancelled = threading.Event()
+        generated = await self.scheduler.run(self._generate, prompt, params, None, cancelled, cancelled=cancelled,
+                                             disconnected=disconnected)
+        if cancelled.is_set():
+            raise APIError(503, "the server is shutting down; retry on another instance", type="unavailable_error",
+                           code="shutting_down")
+        return generated
 
-    async def stream(self, prompt: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent | Generated]:
-        """Tokens as they come, then the Generated summary. Closing the iterator (a client that
-        went away) stops generation at the next token and frees the engine."""
+    def start_stream(self, prompt: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent | Generated]:
+        """Admit the generation now (a full queue is a 503 before the response starts) and return
+        its events: tokens as they come, then the Generated summary. Closing the iterator (a client
+        that went away) stops generation at the next token and frees the engine."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         cancelled = threading.Event()
@@ -165,17 +176,21 @@ class ChatServing:
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, _END)
 
-        self.scheduler.submit_stream(job)
-        try:
-            while True:
-                item = await queue.get()
-                if item is _END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            cancelled.set()
+        self.scheduler.submit_stream(job, cancelled)
+
+        async def events() -> AsyncIterator[TokenEvent | Generated]:
+            try:
+                while True:
+                    item = await queue.get()
+                    if item is _END:
+                        return
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+            finally:
+                cancelled.set()
+
+        return events()
 
     # -- format -----------------------------------------------------------------------------
 
@@ -222,7 +237,8 @@ class ChatServing:
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": self.model_name, "choices": [choice], "usage": self._usage(generated.result)}
 
-    async def chat_sse(self, prompt: list[int], params: SamplingParams, include_usage: bool) -> AsyncIterator[bytes]:
+    async def chat_sse(self, events: AsyncIterator[TokenEvent | Generated], params: SamplingParams,
+                       include_usage: bool) -> AsyncIterator[bytes]:
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
         def chunk(delta: dict, finish: str | None = None, logprobs: Any = None, usage: Any = None, choices: bool = True) -> bytes:
@@ -235,7 +251,7 @@ class ChatServing:
         yield chunk({"role": "assistant", "content": ""})
         summary: Generated | None = None
         try:
-            async for item in self.stream(prompt, params):
+            async for item in events:
                 if isinstance(item, Generated):
                     summary = item
                 elif item.text or (params.logprobs and item.token >= 0):

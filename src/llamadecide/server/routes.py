@@ -42,7 +42,7 @@ def _record(request: Request, route: str, prepared: Prepared, decision: Decision
 async def handle_decisions(request: Request, body: DecisionRequest) -> dict:
     services = _runtime(request).ready()
     prepared = services.decisions.prepare_openai(body)
-    decision = await _runtime(request).scheduler.run(services.decisions.run, prepared)
+    decision = await _runtime(request).scheduler.run(services.decisions.run, prepared, disconnected=request.is_disconnected)
     _record(request, "/v1/decisions", prepared, decision)
     return services.decisions.format_openai(prepared, decision)
 
@@ -50,7 +50,7 @@ async def handle_decisions(request: Request, body: DecisionRequest) -> dict:
 async def handle_systemone(request: Request, body: SystemOneRequest) -> dict:
     services = _runtime(request).ready()
     prepared, ids, legends = services.decisions.prepare_systemone(body)
-    decision = await _runtime(request).scheduler.run(services.decisions.run, prepared)
+    decision = await _runtime(request).scheduler.run(services.decisions.run, prepared, disconnected=request.is_disconnected)
     _record(request, "/v1/systemone", prepared, decision)
     return services.decisions.format_systemone(prepared, ids, legends, decision)
 
@@ -61,9 +61,10 @@ async def handle_chat(request: Request, body: ChatCompletionRequest) -> Response
     prompt, params = chat.prepare_chat(body)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(chat.chat_sse(prompt, params, include_usage), media_type="text/event-stream",
+        events = chat.start_stream(prompt, params)  # admitted here: a full queue is a 503, not a 200
+        return StreamingResponse(chat.chat_sse(events, params, include_usage), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    generated = await chat.complete(prompt, params)
+    generated = await chat.complete(prompt, params, disconnected=request.is_disconnected)
     _count_generation(runtime, generated)
     return JSONResponse(chat.chat_response(generated, params))
 
@@ -76,7 +77,7 @@ async def handle_completion(request: Request, body: CompletionRequest) -> Respon
         from llamadecide.errors import UnsupportedError
 
         raise UnsupportedError("streaming text completions are not supported; use /v1/chat/completions", param="stream")
-    generated = await chat.complete(prompt, params)
+    generated = await chat.complete(prompt, params, disconnected=request.is_disconnected)
     _count_generation(runtime, generated)
     return JSONResponse(chat.completion_response(generated, params))
 
