@@ -98,3 +98,32 @@ def test_sigterm_drains_for_a_bounded_time_then_refuses_the_rest(engine, tmp_pat
             assert response.status_code == 503 and response.json()["error"]["code"] == "shutting_down"
     finally:
         server.stop()
+
+
+def test_work_is_bounded_before_the_engine_and_in_time_on_it(engine, tmp_path):
+    env = {"LLAMADECIDE_MAX_REQUEST_ROWS": "4000", "LLAMADECIDE_REQUEST_TIMEOUT": "1"}
+    with ServerProcess(env=env, log_dir=tmp_path) as server:
+        many = {"model": "m", "input": TICKET,
+                "questions": [{"type": "predicate", "instructions": f"Statement number {i} holds."} for i in range(120)]}
+        refused = httpx.post(f"{server.url}/v1/decisions", json=many, timeout=60)
+        error = refused.json()["error"]
+        assert refused.status_code == 400 and "limit is 4000 (max_request_rows)" in error["message"]
+        assert "needs about" in error["message"] and error["param"] == "questions"
+        rotated = {**DECISION, "llamadecide": {"rotations": 9}}
+        refused = httpx.post(f"{server.url}/v1/decisions", json=rotated, timeout=60)
+        assert refused.status_code == 400 and "max_rotations" in refused.json()["error"]["message"]
+        # a generation past the 1 s limit ends with 504 and frees the engine
+        late = httpx.post(f"{server.url}/v1/chat/completions", json=long_generation(engine), timeout=60)
+        assert late.status_code == 504 and late.json()["error"]["code"] == "request_timeout"
+        assert queue_depth(server) == 0
+        assert httpx.post(f"{server.url}/v1/decisions", json=DECISION, timeout=60).status_code == 200
+
+
+def test_options_that_cannot_fit_are_refused_quickly_with_the_counts(tmp_path):
+    with ServerProcess(log_dir=tmp_path, env={"LLAMADECIDE_N_CTX": "4096"}) as server:
+        body = {"model": "m", "input": TICKET, "questions": [{"type": "choice", "instructions": "Which?", "name": "huge",
+                "choices": [{"value": f"option {i} " + "long words " * 14} for i in range(255)]}]}
+        refused = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60)
+        error = refused.json()["error"]
+        assert refused.status_code == 400 and error["code"] == "context_length_exceeded"
+        assert "question 'huge'" in error["message"] and "the context holds 4096" in error["message"]

@@ -20,6 +20,10 @@ class ContextOverflowError(InvalidRequestError):
     """The prompt and the longest answer do not fit in the model's context window."""
 
 
+class RequestTimeoutError(LlamaDecideError):
+    """A request ran past its time limit; the engine moved on to the next one."""
+
+
 class UnsupportedError(LlamaDecideError):
     """A valid request for a feature this model or build does not have (e.g. images)."""
 

@@ -6,7 +6,7 @@ import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from llamadecide.decisions import maths
 from llamadecide.decisions.lexical import LexicalModel
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS, build_messages, check_layout, render_state
 from llamadecide.decisions.questions import OptionValue, Question
-from llamadecide.errors import ContextOverflowError, InvalidRequestError
+from llamadecide.errors import ContextOverflowError, InvalidRequestError, RequestTimeoutError
 
 
 class ScoringEngine(Protocol):
@@ -24,6 +24,7 @@ class ScoringEngine(Protocol):
 
     def render_chat(self, messages: Sequence[dict], *, add_generation_prompt: bool = True) -> str: ...
     def tokenize_prompt(self, text: str) -> list[int]: ...
+    def tokenize_answers(self, prompt_text: str, answers: Sequence[str]) -> tuple[list[int], list[list[int]]]: ...
     def score_continuations(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]: ...
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray: ...
     def hidden_state(self, prompt: Sequence[int]) -> np.ndarray: ...
@@ -174,13 +175,13 @@ class Decider:
     def _tokenize(self, state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]] = (),
                   layout: str = PROMPT_FORMAT_VERSION) -> _Scored:
         prompt_text = self.engine.render_chat(build_messages(state_text, question, demonstrations, layout))
-        prompt_tokens = self.engine.tokenize_prompt(prompt_text)
+        # In-context tokenization: prompt + answer tokenized together and split where they diverge
+        # from the prompt alone, so the answer's tokens are the ones the model emits.
+        prompt_tokens, with_answers = self.engine.tokenize_answers(prompt_text, question.answer_texts())
         sequences: list[list[int]] = []
         boundaries: list[int] = []
-        for answer in question.answer_texts():
-            # In-context tokenization: tokenize prompt + answer together and split where they
-            # diverge from the prompt alone, so the answer's tokens are the ones the model emits.
-            full = self.engine.tokenize_prompt(prompt_text + answer) + list(self.engine.end_of_answer)
+        for tokens in with_answers:
+            full = tokens + list(self.engine.end_of_answer)
             sequences.append(full)
             boundaries.append(_common_prefix([prompt_tokens, full]))
         seen: dict[tuple[int, ...], int] = {}
@@ -195,7 +196,8 @@ class Decider:
             seen[key] = index
         return _Scored(question, sequences, boundaries, prompt_tokens)
 
-    def _score(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring]) -> tuple[list[_Combined], int, int]:
+    def _score(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring], *,
+               limits: "Limits | None" = None) -> tuple[list[_Combined], int, int]:
         """Per question, every option of every rotation in one batched evaluation, and each option's
         log-likelihood averaged over its rotations, in the question's own option order."""
         for rule in rules:
@@ -208,11 +210,22 @@ class Decider:
                                     rule.layout))
              for shift in rotation_shifts(question, rule.rotations)]
             for question, rule in zip(questions, rules)]
+        n_ctx = getattr(self.engine, "n_ctx", None)
+        for question, variants in zip(questions, per_question):  # what cannot fit is refused before any work
+            needed = max(len(s) for _, item in variants for s in item.sequences)
+            if n_ctx is not None and needed > n_ctx:
+                raise ContextOverflowError(f"question {_describe(question)}: the prompt with its longest answer needs "
+                                           f"{needed} tokens but the context holds {n_ctx} (shorten the input or the "
+                                           "options, or raise n_ctx)", param="questions")
+        if limits is not None:
+            limits.check_work(per_question)
         combined: list[_Combined] = []
         # One engine call per question. The state is still evaluated once: each call keeps the
         # cached prefix it shares with the previous one. Scoring each question in a layout of its
         # own makes its answer exactly the same whether it is asked alone or beside other questions.
         for question, rule, variants in zip(questions, rules, per_question):
+            if limits is not None:
+                limits.check_time()
             if rule.demonstrations or rule.layout in QUESTION_FIRST_FORMATS:
                 self._pin_question_prefix(state_text, question, rule, variants[0][1].prompt_tokens)
             group = [s for _, item in variants for s in item.sequences]
@@ -256,10 +269,12 @@ class Decider:
         questions: Sequence[Question],
         *,
         scoring: Sequence[Scoring | None] | Scoring | None = None,
+        limits: "Limits | None" = None,
     ) -> Decision:
         """Answer every question about one state. The state's tokens are evaluated once for all
         questions; all options of all questions (and rotations) are scored in one batched trie
-        evaluation."""
+        evaluation. `limits` bounds the work (checked after tokenizing, before any evaluation) and
+        the time (checked before each question's evaluation)."""
         if not questions:
             raise InvalidRequestError("at least one question is required", param="questions")
         began = time.perf_counter()
@@ -269,7 +284,8 @@ class Decider:
         # reordering (or renaming) the questions of a request changes no answer, not even by
         # llama.cpp's batch-layout noise.
         order = sorted(range(len(questions)), key=lambda i: _canonical_key(questions[i], rules[i]))
-        scored, distinct, shared = self._score(state_text, [questions[i] for i in order], [rules[i] for i in order])
+        scored, distinct, shared = self._score(state_text, [questions[i] for i in order], [rules[i] for i in order],
+                                               limits=limits)
         combined: list[_Combined] = [scored[0]] * len(questions)
         for position, i in enumerate(order):
             combined[i] = scored[position]
@@ -387,6 +403,37 @@ def rotate(question: Question, shift: int) -> Question:
     if shift == 0:
         return question
     return replace(question, options=question.options[shift:] + question.options[:shift])
+
+
+@dataclass
+class Limits:
+    """What one decision may cost: `max_rows` evaluated tokens (prompt tokens the previous question
+    did not leave in the cache, plus answer-trie nodes, over every question and rotation), refused
+    before any evaluation; and `stop`, asked before each question's evaluation, which ends the
+    decision with RequestTimeoutError once it says so (the engine then moves on)."""
+
+    max_rows: int | None = None
+    stop: Callable[[], bool] | None = None
+    time_limit_s: float | None = None  # for the message
+
+    def check_work(self, per_question: Sequence[Sequence[tuple[int, "_Scored"]]]) -> None:
+        if self.max_rows is None:
+            return
+        rows, previous = 0, []
+        for variants in per_question:
+            group = [s for _, item in variants for s in item.sequences]
+            local = min(_common_prefix(group), min(b for _, item in variants for b in item.boundaries))
+            rows += local - _common_prefix([previous, group[0][:local]]) + _distinct_prefixes([s[local:] for s in group])
+            previous = group[0][:local]
+        if rows > self.max_rows:
+            raise InvalidRequestError(
+                f"this request needs about {rows} evaluated tokens (prompts and answer tries over its questions and "
+                f"rotations); the limit is {self.max_rows} (max_request_rows): split it or shorten it", param="questions")
+
+    def check_time(self) -> None:
+        if self.stop is not None and self.stop():
+            limit = f" of {self.time_limit_s:g} s" if self.time_limit_s else ""
+            raise RequestTimeoutError(f"the decision ran past its time limit{limit} (request_timeout)")
 
 
 @dataclass(frozen=True)

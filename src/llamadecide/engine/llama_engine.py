@@ -250,6 +250,24 @@ class Engine:
             tokens.insert(0, self.bos_id)
         return tokens
 
+    def tokenize_answers(self, prompt_text: str, answers: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+        """The prompt's tokens, and the tokens of `prompt_text + answer` for each answer, exactly as
+        tokenize_prompt would give them, without tokenizing the whole prompt again per answer:
+        llama.cpp cuts the text at special tokens before it tokenizes the pieces, so only the text
+        after the prompt's last special token can change with the answer. (Tokenizing the whole
+        prompt per answer made 255 long options cost seconds before any evaluation.)"""
+        prompt = self.tokenize_prompt(prompt_text)
+        last = max((i for i, t in enumerate(prompt) if self._is_special(t)), default=-1)
+        start = prompt_text.rfind(self._token_text(prompt[last])) if last >= 0 else -1
+        if start < 0 or self.tokenize(prompt_text[start:]) != prompt[last:]:
+            return prompt, [self.tokenize_prompt(prompt_text + answer) for answer in answers]
+        head, tail = prompt[:last], prompt_text[start:]
+        return prompt, [head + self.tokenize(tail + answer) for answer in answers]
+
+    def _is_special(self, token: int) -> bool:
+        attr = llama_cpp.llama_vocab_get_attr(self._model.vocab, token)
+        return bool(attr & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED))
+
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         return self._model.detokenize(list(tokens), special=special).decode("utf-8", errors="replace")
 

@@ -41,7 +41,7 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.scheduler = EngineScheduler(settings.queue_size)
+        self.scheduler = EngineScheduler(settings.queue_size, time_limit=settings.request_timeout or None)
         self.metrics = Metrics(lambda: self.scheduler.depth)
         self.problog = ProbabilityLog(settings.probability_log) if settings.probability_log else None
         self.services: Services | None = None
@@ -59,7 +59,9 @@ class Runtime:
             log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
         decisions = DecisionServing(Decider(engine), model_name=name, max_questions=self.settings.max_questions,
                                     max_options=self.settings.max_options, model_sha256=lambda: engine.model_sha256,
-                                    profiles=profiles, systemone_extensions=self.settings.systemone_extensions)
+                                    profiles=profiles, systemone_extensions=self.settings.systemone_extensions,
+                                    max_request_rows=self.settings.max_request_rows,
+                                    max_rotations=self.settings.max_rotations)
         chat = ChatServing(engine, self.scheduler, model_name=name, max_tokens=self.settings.max_tokens)
         self.services = Services(engine, name, decisions, chat)
 

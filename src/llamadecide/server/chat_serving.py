@@ -148,10 +148,10 @@ class ChatServing:
                        disconnected: Callable[[], Awaitable[bool]] | None = None) -> Generated:
         """The whole generation. A client that goes away stops it within a token (or before it
         starts); so does a shutdown whose drain time ran out (503: the answer would be cut)."""
-        cancelled = threading.Event()
-        generated = await self.scheduler.run(self._generate, prompt, params, None, cancelled, cancelled=cancelled,
+        job = self.scheduler.new_job()
+        generated = await self.scheduler.run(self._generate, prompt, params, None, job.cancelled, job=job,
                                              disconnected=disconnected)
-        if cancelled.is_set():
+        if job.cancelled.is_set():
             raise APIError(503, "the server is shutting down; retry on another instance", type="unavailable_error",
                            code="shutting_down")
         return generated
@@ -162,21 +162,24 @@ class ChatServing:
         that went away) stops generation at the next token and frees the engine."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        cancelled = threading.Event()
+        job = self.scheduler.new_job()
+        cancelled = job.cancelled
 
         def emit(item: TokenEvent) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        def job() -> None:
+        def run() -> None:
             try:
                 result = self._generate(prompt, params, emit, cancelled)
+                if job.timed_out:
+                    raise job.timeout_error()
                 loop.call_soon_threadsafe(queue.put_nowait, result)
             except BaseException as exc:  # delivered to the consumer, which raises it
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, _END)
 
-        self.scheduler.submit_stream(job, cancelled)
+        self.scheduler.submit_stream(run, job)
 
         async def events() -> AsyncIterator[TokenEvent | Generated]:
             try:

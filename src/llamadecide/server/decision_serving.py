@@ -5,10 +5,12 @@ Both wire formats share this class and so the engine path."""
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from llamadecide.decisions import PROMPT_FORMAT_VERSION, Answer, Decider, Decision, Question, Scoring, choice, predicate, score
+from llamadecide.decisions.service import Limits
 from llamadecide.errors import InvalidRequestError, UnsupportedError
 from llamadecide.server.protocol import decisions as oa
 from llamadecide.server.protocol import systemone as so
@@ -92,13 +94,15 @@ def _named(build: Callable[[], Question], where: str) -> Question:
 class DecisionServing:
     def __init__(self, decider: Decider, *, model_name: str, max_questions: int, max_options: int,
                  profiles: Callable[[str], None] | None = None, model_sha256: Callable[[], str] = lambda: "",
-                 systemone_extensions: bool = True) -> None:
+                 systemone_extensions: bool = True, max_request_rows: int | None = None, max_rotations: int = 8) -> None:
         self.systemone_extensions = systemone_extensions
         self.decider = decider
         self.model_sha256 = model_sha256
         self.model_name = model_name
         self.max_questions = max_questions
         self.max_options = max_options
+        self.max_request_rows = max_request_rows
+        self.max_rotations = max_rotations
         self.profiles = profiles
 
     # -- validate and convert ---------------------------------------------------------------
@@ -139,6 +143,9 @@ class DecisionServing:
         return extension.mode if extension and extension.mode else None
 
     def _scoring(self, extension: Extension | None, profile, questions: list[Question]) -> Scoring:
+        if extension is not None and extension.rotations > self.max_rotations:
+            raise InvalidRequestError(f"at most {self.max_rotations} rotations (max_rotations), got {extension.rotations}",
+                                      param="llamadecide.rotations")
         if profile is None:
             if extension is None:
                 return Scoring()
@@ -208,8 +215,9 @@ class DecisionServing:
 
     # -- run ----------------------------------------------------------------------------------
 
-    def run(self, prepared: Prepared) -> Decision:
-        return self.decider.decide(prepared.state, prepared.questions, scoring=prepared.scoring)
+    def run(self, prepared: Prepared, cancelled: threading.Event | None = None) -> Decision:
+        limits = Limits(self.max_request_rows, cancelled.is_set if cancelled is not None else None)
+        return self.decider.decide(prepared.state, prepared.questions, scoring=prepared.scoring, limits=limits)
 
     # -- format -------------------------------------------------------------------------------
 

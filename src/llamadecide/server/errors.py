@@ -18,6 +18,7 @@ from llamadecide.errors import (
     LlamaDecideError,
     ModelLoadError,
     ProfileMismatchError,
+    RequestTimeoutError,
     UnsupportedError,
 )
 
@@ -38,6 +39,7 @@ STATUS_TABLE: list[tuple[type[LlamaDecideError], int, str, str | None]] = [
     (ProfileMismatchError, 422, "invalid_request_error", "profile_mismatch"),
     (InvalidRequestError, 400, "invalid_request_error", None),
     (UnsupportedError, 501, "not_implemented_error", "unsupported"),
+    (RequestTimeoutError, 504, "timeout_error", "request_timeout"),
     (ModelLoadError, 503, "unavailable_error", "model_not_ready"),
 ]
 HTTP_TYPES = {401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large", 503: "unavailable_error"}

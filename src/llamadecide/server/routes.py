@@ -39,10 +39,16 @@ def _record(request: Request, route: str, prepared: Prepared, decision: Decision
             runtime.metrics.errors.labels("probability_log").inc()
 
 
+async def _run_decision(request: Request, services, prepared: Prepared) -> Decision:
+    scheduler = _runtime(request).scheduler
+    job = scheduler.new_job()
+    return await scheduler.run(services.decisions.run, prepared, job.cancelled, job=job, disconnected=request.is_disconnected)
+
+
 async def handle_decisions(request: Request, body: DecisionRequest) -> dict:
     services = _runtime(request).ready()
     prepared = services.decisions.prepare_openai(body)
-    decision = await _runtime(request).scheduler.run(services.decisions.run, prepared, disconnected=request.is_disconnected)
+    decision = await _run_decision(request, services, prepared)
     _record(request, "/v1/decisions", prepared, decision)
     return services.decisions.format_openai(prepared, decision)
 
@@ -50,7 +56,7 @@ async def handle_decisions(request: Request, body: DecisionRequest) -> dict:
 async def handle_systemone(request: Request, body: SystemOneRequest) -> dict:
     services = _runtime(request).ready()
     prepared, ids, legends = services.decisions.prepare_systemone(body)
-    decision = await _runtime(request).scheduler.run(services.decisions.run, prepared, disconnected=request.is_disconnected)
+    decision = await _run_decision(request, services, prepared)
     _record(request, "/v1/systemone", prepared, decision)
     return services.decisions.format_systemone(prepared, ids, legends, decision)
 

@@ -3,7 +3,8 @@
 Requests beyond the bound are refused at once (503) instead of piling up. Every job carries a
 cancellation event: a job whose client went away, or that is still waiting when a shutdown's drain
 time runs out, never reaches the engine; a running generation checks the event at every token and
-stops. A running decision (one llama_decode call) always finishes: it is short.
+stops, a running decision before each question's evaluation. A job that runs past its time limit
+is cancelled the same way, and its request ends with 504.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable, TypeVar
 
+from llamadecide.errors import RequestTimeoutError
 from llamadecide.server.errors import APIError
 
 T = TypeVar("T")
@@ -24,10 +27,28 @@ class Abandoned(Exception):
     """The job was cancelled before it reached the engine."""
 
 
+@dataclass
+class Job:
+    """What a running job checks (`cancelled`) and why it was cancelled."""
+
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    timed_out: bool = False
+    time_limit: float | None = None
+
+    def expire(self) -> None:
+        self.timed_out = True
+        self.cancelled.set()
+
+    def timeout_error(self) -> RequestTimeoutError:
+        return RequestTimeoutError(f"the request ran past its time limit of {self.time_limit:g} s on the engine "
+                                   "(request_timeout); the engine moved on")
+
+
 class EngineScheduler:
-    def __init__(self, max_waiting: int) -> None:
+    def __init__(self, max_waiting: int, *, time_limit: float | None = None) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._max_waiting = max_waiting
+        self.time_limit = time_limit  # seconds a job may hold the engine (None: no limit)
         self._lock = threading.Lock()
         self._pending = 0  # waiting or running
         self._jobs: set[threading.Event] = set()  # cancellation events of admitted jobs
@@ -52,23 +73,36 @@ class EngineScheduler:
             self._pending -= 1
             self._jobs.discard(cancelled)
 
-    @staticmethod
-    def _guarded(fn: Callable[..., T], args: tuple, cancelled: threading.Event) -> Callable[[], T]:
-        def job() -> T:
-            if cancelled.is_set():
+    def _guarded(self, fn: Callable[..., T], args: tuple, job: Job) -> Callable[[], T]:
+        def run() -> T:
+            if job.cancelled.is_set():
                 raise Abandoned()
-            return fn(*args)
-        return job
+            timer = None
+            if job.time_limit is not None:
+                timer = threading.Timer(job.time_limit, job.expire)
+                timer.daemon = True
+                timer.start()
+            try:
+                return fn(*args)
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        return run
 
-    async def run(self, fn: Callable[..., T], *args: object, cancelled: threading.Event | None = None,
+    def new_job(self) -> Job:
+        return Job(time_limit=self.time_limit)
+
+    async def run(self, fn: Callable[..., T], *args: object, job: Job | None = None,
                   disconnected: Callable[[], Awaitable[bool]] | None = None) -> T:
         """Run `fn(*args)` on the engine thread. With `disconnected`, the client is watched while the
-        job waits or runs: once it is gone the job is cancelled (`cancelled` is what a cooperative
-        `fn` checks) and the request ends without an answer."""
-        cancelled = cancelled or threading.Event()
+        job waits or runs: once it is gone the job is cancelled (`job.cancelled` is what a
+        cooperative `fn` checks) and the request ends without an answer. A job past its time limit
+        ends with RequestTimeoutError (504), whatever `fn` returned."""
+        job = job or self.new_job()
+        cancelled = job.cancelled
         self._admit(cancelled)
         try:
-            future = asyncio.get_running_loop().run_in_executor(self._executor, self._guarded(fn, args, cancelled))
+            future = asyncio.get_running_loop().run_in_executor(self._executor, self._guarded(fn, args, job))
             while True:
                 done, _ = await asyncio.wait({future}, timeout=DISCONNECT_POLL_S if disconnected else None)
                 if done:
@@ -78,19 +112,24 @@ class EngineScheduler:
                     await asyncio.wait({future})  # not started: ends at once; running: stops or finishes
                     raise APIError(499, "the client closed the request", type="client_closed", code="client_closed")
             try:
-                return future.result()
+                result = future.result()
             except Abandoned:
                 raise APIError(503, "the server is shutting down; retry on another instance", type="unavailable_error",
                                code="shutting_down") from None
+            except RequestTimeoutError:
+                raise job.timeout_error() from None
+            if job.timed_out:
+                raise job.timeout_error()
+            return result
         finally:
             self._release(cancelled)
 
-    def submit_stream(self, fn: Callable[[], None], cancelled: threading.Event) -> "asyncio.Future[None]":
+    def submit_stream(self, fn: Callable[[], None], job: Job) -> "asyncio.Future[None]":
         """Admit a streaming job now (a full queue is a 503 before any response starts): `fn` runs on
-        the engine thread and pushes its own events; setting `cancelled` stops it."""
-        self._admit(cancelled)
-        future = asyncio.get_running_loop().run_in_executor(self._executor, self._guarded(fn, (), cancelled))
-        future.add_done_callback(lambda _: self._release(cancelled))
+        the engine thread and pushes its own events; setting `job.cancelled` stops it."""
+        self._admit(job.cancelled)
+        future = asyncio.get_running_loop().run_in_executor(self._executor, self._guarded(fn, (), job))
+        future.add_done_callback(lambda _: self._release(job.cancelled))
         return future
 
     def drain_expired(self) -> None:
