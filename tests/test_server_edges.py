@@ -304,3 +304,9 @@ def test_metrics(server):
     assert 'llamadecide_requests_total{route="/v1/decisions",status="200"}' in text
     assert "llamadecide_request_seconds_bucket" in text and "llamadecide_queue_depth" in text
     assert 'llamadecide_tokens_total{kind="scored"}' in text and 'llamadecide_errors_total' in text
+
+
+def test_the_api_schema_is_served_and_swagger_ui_is_off_by_default(server):
+    schema = httpx.get(f"{server.url}/openapi.json", timeout=30)
+    assert schema.status_code == 200 and "/v1/decisions" in schema.json()["paths"]
+    assert httpx.get(f"{server.url}/docs", timeout=30).status_code == 404  # its page would load scripts from a CDN

@@ -155,6 +155,7 @@ class Settings(BaseSettings):
     drain_timeout: float = Field(20.0, ge=0, description="Seconds a stopping server (SIGTERM) lets in-flight and queued requests finish; then waiting ones get 503, generations stop, and it exits (SageMaker kills 30 s after its stop signal)")
     probability_log: Path | None = Field(None, description="Append one JSON line per answer to this file")
     profiles_dir: Path | None = Field(None, description="Directory of calibration profiles (JSON)")
+    swagger_ui: bool = Field(False, description="Serve the Swagger UI page at /docs (it loads its scripts from a CDN); /openapi.json is always served")
     systemone_extensions: bool = Field(True, description="Add llamadecide's x_-prefixed fields (x_label_mass...) to System One answers")
 
     @classmethod

@@ -46,6 +46,7 @@ class Runtime:
         self.problog = ProbabilityLog(settings.probability_log) if settings.probability_log else None
         self.services: Services | None = None
         self.load_error: str | None = None
+        self.profile_store = None  # calibration.profile.ProfileStore, when profiles_dir is set
 
     def attach(self, engine: Engine) -> None:
         name = self.settings.model_alias or engine.model_name
@@ -56,6 +57,7 @@ class Runtime:
 
             store = ProfileStore(self.settings.profiles_dir, engine.model_sha256, PROMPT_FORMATS)
             profiles = store.get
+            self.profile_store = store
             log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
         decisions = DecisionServing(Decider(engine), model_name=name, max_questions=self.settings.max_questions,
                                     max_options=self.settings.max_options, model_sha256=lambda: engine.model_sha256,
@@ -110,7 +112,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             if runtime.problog:
                 runtime.problog.close()
 
-    app = FastAPI(title="llamadecide", version=_version(), lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    # /openapi.json is always there (plain JSON); the Swagger UI page at /docs loads its scripts from a
+    # CDN, which an offline or private deployment cannot reach, so it is off unless asked for.
+    app = FastAPI(title="llamadecide", version=_version(), lifespan=lifespan,
+                  docs_url="/docs" if settings.swagger_ui else None, redoc_url=None)
     app.state.settings = settings
     app.state.runtime = runtime
     install_error_handlers(app)

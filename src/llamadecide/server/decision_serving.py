@@ -232,6 +232,7 @@ class DecisionServing:
         threshold = ext.threshold if ext and ext.threshold is not None else (profile.threshold if profile is not None else None)
         if threshold is not None:
             fields["action"] = "auto" if answer.confidence >= threshold else "escalate"
+            fields["threshold"] = threshold
         elif profile is not None:
             fields["action"] = "escalate"  # no threshold met the profile's precision target
         if answer.question.type == "predicate":
@@ -264,8 +265,10 @@ class DecisionServing:
                                            for o, q in zip(answer.options, answer.question.options)])
             body.update(self._extension_fields(answer, prepared))
             answers.append(body)
+        formats = sorted({answer.prompt_format for answer in decision.answers}) or [PROMPT_FORMAT_VERSION]
         return {"object": "decision", "model": self.model_name, "answers": answers, "usage": self._usage_openai(decision),
-                "llamadecide": {"model_sha256": self.model_sha256(), "prompt_format": PROMPT_FORMAT_VERSION}}
+                "llamadecide": {"model_sha256": self.model_sha256(),
+                                "prompt_format": formats[0] if len(formats) == 1 else formats}}
 
     def format_systemone(self, prepared: Prepared, ids: list[str], legends: dict[str, list], decision: Decision) -> dict[str, Any]:
         answers: dict[str, Any] = {}

@@ -130,6 +130,19 @@ async def models(request: Request) -> dict:
     }
 
 
+@router.get("/v1/profiles")
+async def profiles(request: Request) -> dict:
+    """The calibration profiles this server applies by name, and the files it left out (and why)."""
+    runtime = _runtime(request)
+    runtime.ready()
+    store = runtime.profile_store
+    data = [{"name": p.name, "type": p.task["type"], "instructions": p.task["instructions"], "options": p.task["options"],
+             "mode": p.mode, "method": p.method_label, "prompt_format": p.prompt_format, "threshold": p.threshold,
+             "target_precision": p.target_precision, "confidence_level": p.confidence_level}
+            for p in (store.profiles.values() if store else ())]
+    return {"object": "list", "data": data, "refused": dict(store.refused) if store else {}}
+
+
 @router.get("/health")
 async def health(request: Request) -> JSONResponse:
     runtime = _runtime(request)
