@@ -82,3 +82,22 @@ def test_bench_outside_a_checkout_asks_for_data_and_tasks_are_packaged(monkeypat
     assert load_task("agnews").name == load_task("agnews.yaml").name == "agnews-topic"
     result = runner.invoke(app, ["bench", "--data", str(tmp_path), "--task", "no-such-task", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "packaged task" in result.output
+
+
+def test_help_names_the_default_in_force_and_is_not_cut(monkeypatch):
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "LLAMADECIDE_DEFAULT_MODEL": "qwen2.5-coder-0.5b-instruct"}
+    shown = subprocess.run([sys.executable, "-m", "llamadecide.cli.main", "serve", "--help"], capture_output=True,
+                           text=True, env=env, timeout=60).stdout
+    assert "qwen2.5-coder-0.5b-instruct" in shown and "1.5b" not in shown and "…" not in shown
+
+
+def test_option_text_is_not_read_as_markup_and_scores_show_level_names():
+    result = runner.invoke(app, ["decide", TICKET, "-q", "Which team?", "-o", "[billing]", "-o", "[bold]support"])
+    assert result.exit_code == 0, result.output
+    assert "[billing]" in result.output and "[bold]support" in result.output
+    result = runner.invoke(app, ["decide", TICKET, "-q", "How urgent?", "--type", "score", "-o", "low", "-o", "medium",
+                                 "-o", "high"])
+    assert result.exit_code == 0 and all(level in result.output for level in ("low", "medium", "high"))

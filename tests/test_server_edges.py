@@ -104,6 +104,9 @@ class TestBadInput:
     def test_oversized_body(self, server):
         big = decision(input="x" * 300_000)  # the test server's limit is 256 KiB
         assert_error(post(server, "/v1/decisions", big), 413)
+        refused = post(server, "/v1/systemone", {"state": "x" * 300_000, "questions": {"q": {"type": "noul", "instructions": "x"}}})
+        assert_error(refused, 413)
+        assert refused.json()["detail"]["error_type"] == "request_too_large"  # TypeSafe's shape there too
 
     def test_state_longer_than_context(self, server):
         response = post(server, "/v1/decisions", decision(input="word " * 9000))  # over the default 8192-token context

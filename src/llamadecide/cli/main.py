@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
+import typer.rich_utils
 
 from llamadecide.cli.bench import bench_command
 from llamadecide.cli.calibrate import calibrate_command, compare_command
@@ -10,6 +14,10 @@ from llamadecide.cli.decide import decide_command
 from llamadecide.cli.deploy import deploy_app
 from llamadecide.cli.models import models_command
 from llamadecide.cli.serve import serve_command
+
+# Help piped to a file or another program is not cut to 80 columns (in a terminal it fits the terminal).
+if not sys.stdout.isatty() and not os.environ.get("TERMINAL_WIDTH"):
+    typer.rich_utils.MAX_WIDTH = 160
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A probability for every declared option, on llama.cpp.")
 app.command("decide")(decide_command)
