@@ -13,9 +13,11 @@ demonstrations as earlier `input -> answer` exchanges; only the last user turn d
 request. Every request asking the same question shares that prefix (the engine pins it), so a
 decision pays for its last turn, not for the question block. In `llamadecide-2` that turn is the
 input followed by the allowed answers' names (what the model reads last before answering: without
-it, zero-shot accuracy falls by 10 to 20 points on the default model); in `llamadecide-3` it is the
+it, zero-shot accuracy falls by 10 to 25 points on the default model); in `llamadecide-3` it is the
 input and the question's instructions only, the cheapest turn for questions with many options, whose
-accuracy comes from demonstrations in the prefix.
+accuracy comes from demonstrations in the prefix. Demonstrations take that short turn in both
+formats (with the names recapped in each, a many-shot prefix would grow with options x
+demonstrations), so both share one pinned prefix.
 """
 
 from __future__ import annotations
@@ -105,8 +107,11 @@ def _question_first(state_text: str, question: Question, demonstrations: Sequenc
     messages = [{"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": question_block(question, closing=False) + "\n\n" + SESSION_OPENING},
                 {"role": "assistant", "content": SESSION_ACKNOWLEDGEMENT}]
+    # Demonstrations take the short turn in both formats: recapping every answer's name in each of
+    # them would make a many-shot prefix grow with options x demonstrations (77 x 77 names is over
+    # 30,000 tokens). Both formats then share one pinned prefix.
     for text, answer in demonstrations:
-        messages.append({"role": "user", "content": _question_first_turn(text, question, recap_answers)})
+        messages.append({"role": "user", "content": _question_first_turn(text, question, recap_answers=False)})
         messages.append({"role": "assistant", "content": answer})
     messages.append({"role": "user", "content": _question_first_turn(state_text, question, recap_answers)})
     return messages
