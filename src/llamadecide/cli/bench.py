@@ -42,7 +42,7 @@ def bench_command(
     from llamadecide.cli.common import fail
     from llamadecide.errors import LlamaDecideError
 
-    console = Console()
+    console = Console(width=max(Console().width, 140))  # whole columns in a pipe or a narrow terminal
     if data is None:
         if not REPOSITORY_DATA.is_file():
             raise fail("pass --data FILE with labelled items (and --task, --text-column, --label-column for it): "
