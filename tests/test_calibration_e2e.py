@@ -60,7 +60,7 @@ def test_local_run_writes_report_plots_and_profile(local_run):
                                                           "text mode, llamadecide-2, 4-shot, head (C=0.05)"}
     profile = CalibrationProfile.load(out / "profile.json")
     assert len(profile.model_sha256) == 64 and profile.temperature > 0
-    assert profile.prompt_format == summary["prompt_format"] in ("llamadecide-1", "llamadecide-2")
+    assert profile.prompt_format == summary["prompt_format"] in ("llamadecide-1", "llamadecide-2", "llamadecide-3")
     assert profile.scoring().layout == profile.prompt_format
     # A prior-corrected profile serves the prior it was fitted with.
     assert (profile.prior is not None) == profile.prior_correction

@@ -143,7 +143,7 @@ def test_calibration_scores_a_demonstration_with_the_others_only(tmp_path):
     cache = ScoreCache(tmp_path / "cache.sqlite")
     used = np.arange(12)
     scored = score_variants(backend, task, items, used, RunConfig(out_dir=tmp_path, shots=2, head=False,
-                                                                  question_first=False), cache, pool=np.arange(8))
+                                                                  layouts=("llamadecide-1",)), cache, pool=np.arange(8))
     cache.close()
     [plain, shot] = scored
     assert (plain.shots, shot.shots) == (0, 2)
@@ -175,11 +175,12 @@ def test_question_first_demonstrations_are_never_scored_nor_fitted_on(tmp_path):
                                                                           shots_per_class=(0, 2)), cache,
                             pool=np.arange(8))
     cache.close()
-    assert [(v.layout, v.shots) for v in scored] == [("llamadecide-1", 0), ("llamadecide-2", 0), ("llamadecide-2", 4)]
+    assert [(v.layout, v.shots) for v in scored] == [("llamadecide-1", 0), ("llamadecide-2", 0), ("llamadecide-2", 4),
+                                                     ("llamadecide-3", 0), ("llamadecide-3", 4)]
     many = list(scored)[2]
     shown = scored[many].shown
     assert len(shown) == 4 and set(shown) <= set(range(8)) and list(demonstration_items(scored)) == sorted(shown)
-    question_first = [text for text, layout in backend.layouts if layout == "llamadecide-2"]
+    question_first = [text for text, layout in backend.layouts if layout == "llamadecide-2"]  # (-3 alike)
     assert sum(text in question_first for text in (items[i].text for i in shown)) == len(shown)  # zero-shot only
     assert len(question_first) == 12 + 12 - len(shown)
 

@@ -67,13 +67,18 @@ def test_a_full_queue_refuses_a_stream_before_it_starts(engine, tmp_path):
 def test_abandoned_requests_never_reach_the_engine_and_an_abandoned_generation_stops(engine, tmp_path):
     log = tmp_path / "probabilities.jsonl"
     with ServerProcess("--probability-log", str(log), log_dir=tmp_path) as server:
-        # a generation that would hold the engine for minutes; its client gives up after 2 s
+        # a generation that would hold the engine for minutes; its client gives up after 2 s, and
+        # the engine is free again within a few tokens
         with pytest.raises(httpx.TimeoutException):
             httpx.post(f"{server.url}/v1/chat/completions", json=long_generation(engine), timeout=2)
-        # while it still runs, a decision waits in the queue; its client gives up too
+        assert wait_until(lambda: queue_depth(server) == 0, 15)
+        # while another client's generation holds the engine, a decision waits; its client gives up
+        thread, result = post_in_background(f"{server.url}/v1/chat/completions", long_generation(engine, 300))
+        assert wait_until(lambda: queue_depth(server) == 1, 30)
         with pytest.raises(httpx.TimeoutException):
             httpx.post(f"{server.url}/v1/decisions", json=DECISION, headers={"X-Request-Id": "abandoned-1"}, timeout=0.5)
-        # both free the engine within a few tokens, far sooner than 2,000 tokens would take
+        thread.join(120)
+        assert result["response"].status_code == 200
         assert wait_until(lambda: queue_depth(server) == 0, 15)
         assert httpx.post(f"{server.url}/v1/decisions", json=DECISION, headers={"X-Request-Id": "served-1"},
                           timeout=60).status_code == 200
