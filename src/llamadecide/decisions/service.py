@@ -21,6 +21,7 @@ class ScoringEngine(Protocol):
     """The small part of the engine that deciding needs."""
 
     end_of_answer: list[int]
+    n_ctx: int
 
     def render_chat(self, messages: Sequence[dict], *, add_generation_prompt: bool = True) -> str: ...
     def tokenize_prompt(self, text: str) -> list[int]: ...
@@ -210,13 +211,12 @@ class Decider:
                                     rule.layout))
              for shift in rotation_shifts(question, rule.rotations)]
             for question, rule in zip(questions, rules)]
-        n_ctx = getattr(self.engine, "n_ctx", None)
         for question, variants in zip(questions, per_question):  # what cannot fit is refused before any work
             needed = max(len(s) for _, item in variants for s in item.sequences)
-            if n_ctx is not None and needed > n_ctx:
+            if needed > self.engine.n_ctx:
                 raise ContextOverflowError(f"question {_describe(question)}: the prompt with its longest answer needs "
-                                           f"{needed} tokens but the context holds {n_ctx} (shorten the input or the "
-                                           "options, or raise n_ctx)", param="questions")
+                                           f"{needed} tokens but the context holds {self.engine.n_ctx} (shorten the "
+                                           "input or the options, or raise n_ctx)", param="questions")
         if limits is not None:
             limits.check_work(per_question)
         combined: list[_Combined] = []
@@ -229,12 +229,8 @@ class Decider:
             if rule.demonstrations or rule.layout in QUESTION_FIRST_FORMATS:
                 self._pin_question_prefix(state_text, question, rule, variants[0][1].prompt_tokens)
             group = [s for _, item in variants for s in item.sequences]
-            local = min(_common_prefix(group), min(b for _, item in variants for b in item.boundaries),
-                        min(len(s) for s in group) - 1)
-            try:
-                rows = iter(self.engine.score_continuations(group[0][:local], [s[local:] for s in group]))
-            except ContextOverflowError as exc:
-                raise ContextOverflowError(f"question {_describe(question)}: {exc}", param=exc.param) from None
+            local = _split_point([item for _, item in variants])
+            rows = iter(self.engine.score_continuations(group[0][:local], [s[local:] for s in group]))
             k = len(question.options)
             sums, lengths = np.zeros(k), np.zeros(k)
             for shift, item in variants:
@@ -247,9 +243,7 @@ class Decider:
             combined.append(_Combined(list(sums / n), [int(round(x / n)) for x in lengths], prompt))
         # Reported: the distinct tokens all questions needed, the state counted once.
         all_sequences = [s for variants in per_question for _, item in variants for s in item.sequences]
-        shared = min(_common_prefix(all_sequences),
-                     min(b for variants in per_question for _, item in variants for b in item.boundaries),
-                     min(len(s) for s in all_sequences) - 1)
+        shared = _split_point([item for variants in per_question for _, item in variants])
         return combined, shared + _distinct_prefixes([s[shared:] for s in all_sequences]), shared
 
     def _pin_question_prefix(self, state_text: str, question: Question, rule: Scoring, prompt_tokens: list[int]) -> None:
@@ -414,7 +408,6 @@ class Limits:
 
     max_rows: int | None = None
     stop: Callable[[], bool] | None = None
-    time_limit_s: float | None = None  # for the message
 
     def check_work(self, per_question: Sequence[Sequence[tuple[int, "_Scored"]]]) -> None:
         if self.max_rows is None:
@@ -422,7 +415,7 @@ class Limits:
         rows, previous = 0, []
         for variants in per_question:
             group = [s for _, item in variants for s in item.sequences]
-            local = min(_common_prefix(group), min(b for _, item in variants for b in item.boundaries))
+            local = _split_point([item for _, item in variants])
             rows += local - _common_prefix([previous, group[0][:local]]) + _distinct_prefixes([s[local:] for s in group])
             previous = group[0][:local]
         if rows > self.max_rows:
@@ -432,8 +425,7 @@ class Limits:
 
     def check_time(self) -> None:
         if self.stop is not None and self.stop():
-            limit = f" of {self.time_limit_s:g} s" if self.time_limit_s else ""
-            raise RequestTimeoutError(f"the decision ran past its time limit{limit} (request_timeout)")
+            raise RequestTimeoutError("the decision ran past its time limit (request_timeout)")
 
 
 @dataclass(frozen=True)
@@ -441,6 +433,14 @@ class _Combined:
     logprobs: list[float]
     lengths: list[int]
     prompt_tokens: list[int]
+
+
+def _split_point(items: Sequence[_Scored]) -> int:
+    """Where the prompt the sequences share ends and their continuations begin: the longest common
+    prefix, never inside an answer, leaving every continuation at least one token."""
+    sequences = [s for item in items for s in item.sequences]
+    return min(_common_prefix(sequences), min(b for item in items for b in item.boundaries),
+               min(len(s) for s in sequences) - 1)
 
 
 def _distinct_prefixes(sequences: Sequence[Sequence[int]]) -> int:
