@@ -14,8 +14,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from llamadecide.engine import Engine, GenerationResult, SamplingParams, TokenEvent, json_grammar
 from llamadecide.errors import InvalidRequestError, UnsupportedError
 from llamadecide.server.protocol.chat import ChatCompletionRequest, CompletionRequest, SamplingFields
-from llamadecide.server.errors import APIError
-from llamadecide.server.scheduler import EngineScheduler
+from llamadecide.server.scheduler import EngineScheduler, shutting_down
 
 log = logging.getLogger(__name__)
 _END = object()
@@ -152,8 +151,7 @@ class ChatServing:
         generated = await self.scheduler.run(self._generate, prompt, params, None, job.cancelled, job=job,
                                              disconnected=disconnected)
         if job.cancelled.is_set():
-            raise APIError(503, "the server is shutting down; retry on another instance", type="unavailable_error",
-                           code="shutting_down")
+            raise shutting_down()
         return generated
 
     def start_stream(self, prompt: list[int], params: SamplingParams) -> AsyncIterator[TokenEvent | Generated]:

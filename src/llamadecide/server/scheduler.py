@@ -27,6 +27,12 @@ class Abandoned(Exception):
     """The job was cancelled before it reached the engine."""
 
 
+def shutting_down() -> APIError:
+    """What a request gets when a shutdown's drain time ran out before it was answered."""
+    return APIError(503, "the server is shutting down; retry on another instance", type="unavailable_error",
+                    code="shutting_down")
+
+
 @dataclass
 class Job:
     """What a running job checks (`cancelled`) and why it was cancelled."""
@@ -61,8 +67,7 @@ class EngineScheduler:
     def _admit(self, cancelled: threading.Event) -> None:
         with self._lock:
             if self.draining:
-                raise APIError(503, "the server is shutting down; retry on another instance", type="unavailable_error",
-                               code="shutting_down")
+                raise shutting_down()
             if self._pending >= self._max_waiting + 1:
                 raise APIError(503, "the engine queue is full; retry shortly", type="unavailable_error", code="overloaded")
             self._pending += 1
@@ -114,10 +119,9 @@ class EngineScheduler:
             try:
                 result = future.result()
             except Abandoned:
-                raise APIError(503, "the server is shutting down; retry on another instance", type="unavailable_error",
-                               code="shutting_down") from None
-            except RequestTimeoutError:
-                raise job.timeout_error() from None
+                raise shutting_down() from None
+            except RequestTimeoutError:  # a decision stopped between questions: by its time limit, or by a drain
+                raise (job.timeout_error() if job.timed_out else shutting_down()) from None
             if job.timed_out:
                 raise job.timeout_error()
             return result
