@@ -204,7 +204,7 @@ class ProfileStore:
                 profile = CalibrationProfile.load(path)
                 profile.check_bound_to(model_sha256, prompt_formats)
             except (ValueError, OSError, ProfileMismatchError) as exc:
-                reason = str(exc).splitlines()[0] if not isinstance(exc, ValueError) else _first_error(exc)
+                reason = _reason(exc)
                 self.refused[str(path)] = reason
                 log.error("calibration profile %s is not served: %s", path, reason)
                 continue
@@ -220,7 +220,8 @@ class ProfileStore:
                                       param="llamadecide.profile") from None
 
 
-def _first_error(exc: ValueError) -> str:
+def _reason(exc: Exception) -> str:
+    """One line: a validation error's first problem and where, or the error's first line."""
     errors = getattr(exc, "errors", None)
     if callable(errors):
         first = errors()[0]

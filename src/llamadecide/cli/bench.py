@@ -39,10 +39,10 @@ def bench_command(
     from llamadecide.bench.server_process import ServerProcess
     from llamadecide.calibration.data import load_task, read_labelled
 
-    from llamadecide.cli.common import fail
+    from llamadecide.cli.common import fail, wide_console
     from llamadecide.errors import LlamaDecideError
 
-    console = Console(width=max(Console().width, 140))  # whole columns in a pipe or a narrow terminal
+    console = wide_console(140)
     if data is None:
         if not REPOSITORY_DATA.is_file():
             raise fail("pass --data FILE with labelled items (and --task, --text-column, --label-column for it): "

@@ -19,6 +19,14 @@ ThreadsOption = Annotated[Optional[int], typer.Option("--threads", "-t", help="C
 GpuLayersOption = Annotated[Optional[int], typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU (-1: all)")]
 
 
+def wide_console(minimum: int):
+    """A rich console at least `minimum` columns wide, so tables keep whole names and commands in a
+    pipe or a narrow terminal (where rich would fall back to 80 columns and cut them)."""
+    from rich.console import Console
+
+    return Console(width=max(Console().width, minimum))
+
+
 def settings_from(**overrides: Any) -> Settings:
     """Settings from the environment, with the flags the user actually passed on top."""
     return Settings(**{k: v for k, v in overrides.items() if v is not None})

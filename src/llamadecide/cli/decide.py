@@ -6,11 +6,10 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, fail, settings_from
+from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, fail, settings_from, wide_console
 from llamadecide.decisions import Answer, Decider, choice, predicate, score
 from llamadecide.engine import Engine
 from llamadecide.errors import LlamaDecideError
@@ -83,7 +82,7 @@ def answer_json(answer: Answer, model_name: str, seconds: float) -> dict:
 
 
 def print_answer(answer: Answer, model_name: str, seconds: float) -> None:
-    console = Console(width=max(Console().width, 120))
+    console = wide_console(120)
     table = Table(title=escape(answer.question.instructions), title_justify="left")
     table.add_column("option")
     table.add_column("probability", justify="right")

@@ -6,11 +6,10 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from llamadecide.cli.common import fail
+from llamadecide.cli.common import fail, wide_console
 from llamadecide.engine import model_files
 from llamadecide.errors import LlamaDecideError
 
@@ -43,5 +42,4 @@ def models_command(
         size = f"{row['size_bytes'] / 2**20:.0f} MiB" if row["size_bytes"] else "-"
         name = row["name"] + (" (default)" if row["default"] else "")
         table.add_row(*(escape(cell) for cell in (name, row["kind"], size, row["licence"], row["state"], row["install"])))
-    # Wide enough for whole names and install commands even in a narrow terminal or a pipe.
-    Console(width=max(Console().width, 160)).print(table)
+    wide_console(160).print(table)
