@@ -14,7 +14,7 @@ from scipy.optimize import minimize, minimize_scalar
 from sklearn.model_selection import StratifiedKFold
 
 from llamadecide.decisions.lexical import LexicalModel, fit_lexical
-from llamadecide.decisions.maths import content_free_prior, head_features, head_probabilities
+from llamadecide.decisions.maths import HIDDEN_ONLY, LOGLIK_HIDDEN, content_free_prior, head_features, head_probabilities
 
 Kind = Literal["none", "temperature", "temperature+bias", "head"]
 
@@ -50,6 +50,7 @@ class HeadCalibrator:
     C: float
     lexical: LexicalModel | None = None
     mix: tuple[float, float] = (1.0, 0.0)
+    features: str = LOGLIK_HIDDEN
     kind: Kind = "head"
     length_normalize: bool = False
     prior: None = None
@@ -58,7 +59,7 @@ class HeadCalibrator:
               texts: Sequence[str] | None = None) -> np.ndarray:
         if hidden is None:
             raise ValueError("a head needs hidden states (the local backend provides them)")
-        P = head_probabilities(head_features(L, hidden), self.weights, self.intercept)
+        P = head_probabilities(head_features(L, hidden, self.features), self.weights, self.intercept)
         if self.lexical is None:
             return P
         if texts is None:
@@ -67,12 +68,12 @@ class HeadCalibrator:
 
 
 def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
-             texts: Sequence[str] | None = None, seed: int = 0) -> HeadCalibrator:
+             texts: Sequence[str] | None = None, seed: int = 0, features: str = LOGLIK_HIDDEN) -> HeadCalibrator:
     """Multinomial logistic regression on standardised features; classes absent from `y` get a
     very low intercept (never predicted), so the head always has one row per option. With `texts`,
     also a lexical expert (`decisions.lexical`), fused with weights that minimise the held-out NLL
     of both experts' out-of-fold probabilities (3 folds of the same items)."""
-    head = _fit_logistic(L, hidden, y, C=C)
+    head = _fit_logistic(L, hidden, y, C=C, features=features)
     if texts is None:
         return head
     texts = list(texts)
@@ -81,24 +82,25 @@ def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
     head_oof = np.zeros_like(L, dtype=np.float64)
     lexical_oof = np.zeros_like(head_oof)
     for train, held in splitter(L, y, 3, seed):
-        inner = _fit_logistic(L[train], hidden[train], y[train], C=C)
+        inner = _fit_logistic(L[train], hidden[train], y[train], C=C, features=features)
         head_oof[held] = np.log(np.clip(inner.apply(L[held], None, hidden[held]), 1e-300, None))
         lexical_oof[held] = fit_lexical([texts[i] for i in train], y[train], k).log_probabilities([texts[i] for i in held])
     w = minimize(lambda w: _nll(w[0] * head_oof + w[1] * lexical_oof, y), np.array([0.5, 0.5]), method="L-BFGS-B",
                  bounds=[(0.0, 5.0)] * 2).x
-    return HeadCalibrator(head.weights, head.intercept, C, lexical, (float(w[0]), float(w[1])))
+    return HeadCalibrator(head.weights, head.intercept, C, lexical, (float(w[0]), float(w[1])), features)
 
 
-def _fit_logistic(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float) -> HeadCalibrator:
+def _fit_logistic(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
+                  features: str = LOGLIK_HIDDEN) -> HeadCalibrator:
     from sklearn.linear_model import LogisticRegression
 
     k = L.shape[1]
-    X = head_features(L, hidden)
+    X = head_features(L, hidden, features)
     classes = np.unique(y)
     if len(classes) == 1:  # e.g. an inner fold of a small sample: that option, always
         bias = np.full(k, -30.0)
         bias[classes[0]] = 0.0
-        return HeadCalibrator(np.zeros((k, X.shape[1])), bias, C)
+        return HeadCalibrator(np.zeros((k, X.shape[1])), bias, C, features=features)
     mean = X.mean(0)
     scale = X.std(0)
     scale[scale < 1e-8] = 1.0
@@ -114,7 +116,7 @@ def _fit_logistic(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float)
     for row, cls in enumerate(model.classes_):
         weights[cls] = coef[row] / scale
         bias[cls] = intercept[row] - float(np.dot(coef[row] / scale, mean))
-    return HeadCalibrator(weights, bias, C)
+    return HeadCalibrator(weights, bias, C, features=features)
 
 
 def softmax(S: np.ndarray) -> np.ndarray:
@@ -164,11 +166,13 @@ class Candidate:
     prior_correction: bool = False
     C: float = 0.0  # heads only: inverse regularisation strength
     lexical: bool = False  # heads only: fused with a lexical expert on the input text
+    features: str = LOGLIK_HIDDEN  # heads only: `hidden-1` reads the hidden state alone (no answer scored)
 
     @property
     def label(self) -> str:
         if self.kind == "head":
-            return f"head (C={self.C:g})" + (" + lexical" if self.lexical else "")
+            reads = "hidden state" if self.features == HIDDEN_ONLY else ""
+            return f"head ({reads + ', ' if reads else ''}C={self.C:g})" + (" + lexical" if self.lexical else "")
         parts = [self.kind]
         if self.prior_correction:
             parts.append("prior-corrected")
@@ -192,9 +196,9 @@ def candidates(has_lengths: bool, *, has_prior: bool = False, has_hidden: bool =
     priors = [False, True] if has_prior else [False]
     found = [Candidate(k, n, p) for p in priors for n in norms for k in kinds]
     if has_hidden:
-        found.extend(Candidate("head", False, C=c) for c in HEAD_C_GRID)
-        if has_texts:
-            found.extend(Candidate("head", False, C=c, lexical=True) for c in HEAD_C_GRID)
+        lexical = [False, True] if has_texts else [False]
+        found.extend(Candidate("head", False, C=c, lexical=x, features=f)
+                     for f in (LOGLIK_HIDDEN, HIDDEN_ONLY) for x in lexical for c in HEAD_C_GRID)
     return found
 
 
@@ -206,7 +210,8 @@ def fit_candidate(candidate: Candidate, L: np.ndarray, lengths: np.ndarray | Non
             raise ValueError("a head needs hidden states")
         if candidate.lexical and texts is None:
             raise ValueError("a lexical expert needs the input texts")
-        return fit_head(L, hidden, y, C=candidate.C, texts=texts if candidate.lexical else None)
+        return fit_head(L, hidden, y, C=candidate.C, texts=texts if candidate.lexical else None,
+                        features=candidate.features)
     if candidate.prior_correction and prior is None:
         raise ValueError("prior correction needs the content-free prior")
     return fit(L, lengths, y, kind=candidate.kind, length_normalize=candidate.length_normalize,

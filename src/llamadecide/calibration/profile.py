@@ -46,9 +46,9 @@ class HeadParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    features: Literal["loglik+hidden-1"] = "loglik+hidden-1"
+    features: Literal["loglik+hidden-1", "hidden-1"] = "loglik+hidden-1"  # maths.HEAD_FEATURES
     hidden_size: int
-    weights: list[list[float]]  # options x (options + hidden_size)
+    weights: list[list[float]]  # options x (options + hidden_size), or options x hidden_size (hidden-1)
     intercept: list[float]
     C: float
     lexical: Optional[LexicalParams] = None
@@ -61,7 +61,8 @@ class HeadParams(BaseModel):
             expert = LexicalParams(vocabulary=list(head.lexical.vocabulary), idf=head.lexical.idf.tolist(),
                                    weights=head.lexical.weights.tolist(), intercept=head.lexical.intercept.tolist(),
                                    mix=head.mix)
-        return cls(hidden_size=int(head.weights.shape[1] - k), weights=head.weights.tolist(),
+        width = int(head.weights.shape[1]) - (0 if head.features == "hidden-1" else k)
+        return cls(features=head.features, hidden_size=width, weights=head.weights.tolist(),
                    intercept=head.intercept.tolist(), C=head.C, lexical=expert)
 
     def build(self):
@@ -71,10 +72,10 @@ class HeadParams(BaseModel):
         from llamadecide.decisions.service import Head
 
         if self.lexical is None:
-            return Head(np.asarray(self.weights), np.asarray(self.intercept))
+            return Head(np.asarray(self.weights), np.asarray(self.intercept), features=self.features)
         expert = lexical.LexicalModel(tuple(self.lexical.vocabulary), np.asarray(self.lexical.idf),
                                       np.asarray(self.lexical.weights), np.asarray(self.lexical.intercept))
-        return Head(np.asarray(self.weights), np.asarray(self.intercept), expert, tuple(self.lexical.mix))
+        return Head(np.asarray(self.weights), np.asarray(self.intercept), expert, tuple(self.lexical.mix), self.features)
 
 
 class DemonstrationParams(BaseModel):

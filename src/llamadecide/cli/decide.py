@@ -94,12 +94,13 @@ def print_answer(answer: Answer, model_name: str, seconds: float) -> None:
     for o in sorted(answer.options, key=lambda o: -o.probability):
         bar = "█" * round(o.probability * 30)
         style = "bold green" if o is answer.top else ""
-        table.add_row(escape(names[id(o)]), f"{o.probability:.3f}", bar, f"{o.logprob:.2f}", str(o.n_tokens), style=style)
+        table.add_row(escape(names[id(o)]), f"{o.probability:.3f}", bar, f"{o.logprob:.2f}" if o.logprob is not None else "-", str(o.n_tokens), style=style)
     console.print(table)
     extra = f"score {answer.score:.2f}  " if answer.question.type == "score" else ""
     console.print(
-        f"{extra}confidence {answer.confidence:.3f}  label mass {answer.label_mass:.3f}  "
-        f"{answer.prompt_format} ({answer.question.mode} mode{_method(answer)})  {model_name}  {seconds * 1000:.0f} ms",
+        f"{extra}confidence {answer.confidence:.3f}  "
+        + (f"label mass {answer.label_mass:.3f}  " if answer.label_mass is not None else "")
+        + f"{answer.prompt_format} ({answer.question.mode} mode{_method(answer)})  {model_name}  {seconds * 1000:.0f} ms",
         style="dim",
     )
 

@@ -85,11 +85,22 @@ def log_softmax(scores: Sequence[float] | np.ndarray) -> np.ndarray:
     return S - np.log(np.exp(S).sum(-1, keepdims=True))
 
 
-def head_features(logprobs: Sequence[float] | np.ndarray, hidden: Sequence[float] | np.ndarray) -> np.ndarray:
-    """What a fitted head reads (feature set `loglik+hidden-1`): the options' normalised
-    log-likelihoods, then the model's final hidden state at the answer position. Rows in, rows out."""
-    L = log_softmax(logprobs)
+LOGLIK_HIDDEN = "loglik+hidden-1"
+HIDDEN_ONLY = "hidden-1"
+HEAD_FEATURES = (LOGLIK_HIDDEN, HIDDEN_ONLY)
+
+
+def head_features(logprobs: Sequence[float] | np.ndarray | None, hidden: Sequence[float] | np.ndarray,
+                  features: str = LOGLIK_HIDDEN) -> np.ndarray:
+    """What a fitted head reads. `loglik+hidden-1`: the options' normalised log-likelihoods, then the
+    model's final hidden state at the answer position. `hidden-1`: the hidden state alone (the
+    answers are then never scored: the prompt is all a decision evaluates). Rows in, rows out."""
     H = np.asarray(hidden, dtype=np.float64)
+    if features == HIDDEN_ONLY:
+        return H
+    if features != LOGLIK_HIDDEN:
+        raise ValueError(f"unknown head feature set {features!r}")
+    L = log_softmax(logprobs)
     return np.concatenate([L, H], axis=-1)
 
 

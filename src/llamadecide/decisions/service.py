@@ -27,6 +27,8 @@ class ScoringEngine(Protocol):
     def tokenize_prompt(self, text: str) -> list[int]: ...
     def tokenize_answers(self, prompt_text: str, answers: Sequence[str]) -> tuple[list[int], list[list[int]]]: ...
     def score_continuations(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]: ...
+    def score_trie(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *, hidden: bool = False,
+                   epsilon: float = 0.0) -> Any: ...
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray: ...
     def hidden_state(self, prompt: Sequence[int]) -> np.ndarray: ...
 
@@ -37,13 +39,19 @@ class Head:
     optionally fused with a lexical expert on the input text: softmax(a log p_head + b log p_lexical),
     `mix` = (a, b)."""
 
-    weights: np.ndarray = field(compare=False)  # K x (K + hidden size)
+    weights: np.ndarray = field(compare=False)  # K x (K + hidden size), or K x hidden size (`hidden-1`)
     intercept: np.ndarray = field(compare=False)  # K
     lexical: LexicalModel | None = field(default=None, compare=False)
     mix: tuple[float, float] = (1.0, 0.0)
+    features: str = maths.LOGLIK_HIDDEN
 
-    def probabilities(self, logprobs: Sequence[float], hidden: np.ndarray, text: str | None = None) -> np.ndarray:
-        features = maths.head_features(np.asarray(logprobs), hidden)
+    @property
+    def reads_logprobs(self) -> bool:
+        """False for a head on the hidden state alone: its questions' answers are never scored."""
+        return self.features != maths.HIDDEN_ONLY
+
+    def probabilities(self, logprobs: Sequence[float] | None, hidden: np.ndarray, text: str | None = None) -> np.ndarray:
+        features = maths.head_features(None if logprobs is None else np.asarray(logprobs), hidden, self.features)
         if features.shape[-1] != self.weights.shape[1]:
             raise InvalidRequestError(
                 f"the calibration head reads {self.weights.shape[1]} features, this model gives {features.shape[-1]}; "
@@ -98,7 +106,10 @@ class Scoring:
 class OptionScore:
     value: OptionValue
     answer_text: str
-    logprob: float  # log p(answer tokens + end-of-answer marker | prompt)
+    # log p(answer tokens + end-of-answer marker | prompt); None when the question's head reads the
+    # hidden state alone (the answers are not scored). Under a bound (Answer.bound > 0) an option the
+    # evaluation left unexpanded gets its share of the probability its unexpanded prefix leaves.
+    logprob: float | None
     n_tokens: int
     probability: float
 
@@ -107,10 +118,13 @@ class OptionScore:
 class Answer:
     question: Question
     options: tuple[OptionScore, ...]
-    label_mass: float
+    label_mass: float | None
     confidence: float
     scoring: Scoring
     prompt_format: str = PROMPT_FORMAT_VERSION
+    # 0: every probability exact. Otherwise the answers were expanded best-first (`Decider.epsilon`)
+    # and every probability is within this of the exact one.
+    bound: float = 0.0
 
     @property
     def probabilities(self) -> list[float]:
@@ -168,8 +182,14 @@ def _common_prefix(sequences: Sequence[Sequence[int]]) -> int:
 
 
 class Decider:
-    def __init__(self, engine: ScoringEngine, *, prior_cache_size: int = 512) -> None:
+    def __init__(self, engine: ScoringEngine, *, prior_cache_size: int = 512, epsilon: float = 0.0) -> None:
+        """epsilon > 0 lets `decide` expand a plain softmax question's answers best-first when they
+        are many (the engine's `lazy_trie_nodes`): every probability is then within `epsilon` of the
+        exact one, and the answer says by how much (`Answer.bound`). 0: always exact."""
+        if epsilon < 0 or epsilon >= 1:
+            raise ValueError("epsilon must be in [0, 1)")
         self.engine = engine
+        self.epsilon = epsilon
         self._priors: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._prior_cache_size = prior_cache_size
 
@@ -198,9 +218,12 @@ class Decider:
         return _Scored(question, sequences, boundaries, prompt_tokens)
 
     def _score(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring], *,
-               limits: "Limits | None" = None) -> tuple[list[_Combined], int, int]:
+               limits: "Limits | None" = None, epsilon: float = 0.0, hidden: bool = False) -> tuple[list[_Combined], int, int]:
         """Per question, every option of every rotation in one batched evaluation, and each option's
-        log-likelihood averaged over its rotations, in the question's own option order."""
+        log-likelihood averaged over its rotations, in the question's own option order; with the
+        hidden state at the answer position from the same evaluation when a head needs it (or
+        `hidden`). A question whose head reads the hidden state alone has only its prompt
+        evaluated. Plain softmax questions may be bounded by `epsilon` (`Answer.bound`)."""
         for rule in rules:
             if check_layout(rule.layout) in QUESTION_FIRST_FORMATS and rule.rotations > 1:
                 raise InvalidRequestError(f"rotations need the state-first prompt format {PROMPT_FORMAT_VERSION!r}: "
@@ -217,21 +240,35 @@ class Decider:
                 raise ContextOverflowError(f"question {_describe(question)}: the prompt with its longest answer needs "
                                            f"{needed} tokens but the context holds {self.engine.n_ctx} (shorten the "
                                            "input or the options, or raise n_ctx)", param="questions")
+        scored_answers = [rule.head is None or rule.head.reads_logprobs for rule in rules]
         if limits is not None:
-            limits.check_work(per_question)
+            limits.check_work(per_question, scored_answers)
         combined: list[_Combined] = []
         # One engine call per question. The state is still evaluated once: each call keeps the
         # cached prefix it shares with the previous one. Scoring each question in a layout of its
         # own makes its answer exactly the same whether it is asked alone or beside other questions.
-        for question, rule, variants in zip(questions, rules, per_question):
+        for question, rule, variants, answers_scored in zip(questions, rules, per_question, scored_answers):
             if limits is not None:
                 limits.check_time()
             if rule.demonstrations or rule.layout in QUESTION_FIRST_FORMATS:
                 self._pin_question_prefix(state_text, question, rule, variants[0][1].prompt_tokens)
+            prompt = next(item.prompt_tokens for shift, item in variants if shift == 0)
+            if not answers_scored:
+                lengths = variants[0][1].answer_lengths
+                combined.append(_Combined(None, lengths, prompt, self.engine.hidden_state(prompt)))
+                continue
             group = [s for _, item in variants for s in item.sequences]
             local = _split_point([item for _, item in variants])
-            rows = iter(self.engine.score_continuations(group[0][:local], [s[local:] for s in group]))
+            bounded = epsilon if epsilon > 0 and _plain(rule) else 0.0
+            trie = self.engine.score_trie(group[0][:local], [s[local:] for s in group],
+                                          hidden=hidden or rule.head is not None, epsilon=bounded)
             k = len(question.options)
+            if trie.lazy:
+                totals, bound = _bounded_totals([s[local:] for s in group], trie.rows,
+                                                [b - local for b in variants[0][1].boundaries])
+                combined.append(_Combined(totals, variants[0][1].answer_lengths, prompt, trie.hidden, bound))
+                continue
+            rows = iter(trie.rows)
             sums, lengths = np.zeros(k), np.zeros(k)
             for shift, item in variants:
                 for position, (boundary, length) in enumerate(zip(item.boundaries, item.answer_lengths)):
@@ -239,11 +276,11 @@ class Decider:
                     sums[original] += float(next(rows)[boundary - local:].sum())
                     lengths[original] += length
             n = len(variants)
-            prompt = next(item.prompt_tokens for shift, item in variants if shift == 0)
-            combined.append(_Combined(list(sums / n), [int(round(x / n)) for x in lengths], prompt))
+            combined.append(_Combined(list(sums / n), [int(round(x / n)) for x in lengths], prompt, trie.hidden))
         # Reported: the distinct tokens all questions needed, the state counted once.
-        all_sequences = [s for variants in per_question for _, item in variants for s in item.sequences]
-        shared = _split_point([item for variants in per_question for _, item in variants])
+        all_sequences = [s for variants, answers_scored in zip(per_question, scored_answers) for _, item in variants
+                         for s in (item.sequences if answers_scored else [item.prompt_tokens])]
+        shared = min(_split_point([item for variants in per_question for _, item in variants]), _common_prefix(all_sequences))
         return combined, shared + _distinct_prefixes([s[shared:] for s in all_sequences]), shared
 
     def _pin_question_prefix(self, state_text: str, question: Question, rule: Scoring, prompt_tokens: list[int]) -> None:
@@ -279,7 +316,7 @@ class Decider:
         # llama.cpp's batch-layout noise.
         order = sorted(range(len(questions)), key=lambda i: _canonical_key(questions[i], rules[i]))
         scored, distinct, shared = self._score(state_text, [questions[i] for i in order], [rules[i] for i in order],
-                                               limits=limits)
+                                               limits=limits, epsilon=self.epsilon)
         combined: list[_Combined] = [scored[0]] * len(questions)
         for position, i in enumerate(order):
             combined[i] = scored[position]
@@ -287,9 +324,8 @@ class Decider:
         answers: list[Answer] = []
         for question, rule, item in zip(questions, rules, combined):
             prior = self.prior(question, rule) if rule.prior_correction else None
-            hidden = self.engine.hidden_state(item.prompt_tokens) if rule.head is not None else None
-            answers.append(_answer(question, item.logprobs, item.lengths, rule, prior=prior, hidden=hidden,
-                                   state_text=state_text))
+            answers.append(_answer(question, item.logprobs, item.lengths, rule, prior=prior, hidden=item.hidden,
+                                   state_text=state_text, bound=item.bound))
         return Decision(answers, distinct, shared, time.perf_counter() - began, {"cached_tokens": cached})
 
     def scores(self, state: Any, question: Question, *, rotations: int = 1, hidden: bool = False,
@@ -298,9 +334,10 @@ class Decider:
         """Raw material for calibration: the option log-likelihoods (averaged over rotations),
         token counts, and optionally the hidden state at the answer position."""
         rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)
-        combined, _, _ = self._score(render_state(state), [question], [rule])
+        combined, _, _ = self._score(render_state(state), [question], [rule], hidden=hidden)
         item = combined[0]
-        return item.logprobs, item.lengths, (self.engine.hidden_state(item.prompt_tokens) if hidden else None)
+        assert item.logprobs is not None
+        return item.logprobs, item.lengths, item.hidden
 
     def content_free_scores(self, question: Question, *, rotations: int = 1, demonstrations: Sequence[Demonstration] = (),
                             layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray]:
@@ -409,11 +446,16 @@ class Limits:
     max_rows: int | None = None
     stop: Callable[[], bool] | None = None
 
-    def check_work(self, per_question: Sequence[Sequence[tuple[int, "_Scored"]]]) -> None:
+    def check_work(self, per_question: Sequence[Sequence[tuple[int, "_Scored"]]], scored_answers: Sequence[bool]) -> None:
         if self.max_rows is None:
             return
         rows, previous = 0, []
-        for variants in per_question:
+        for variants, answers_scored in zip(per_question, scored_answers):
+            if not answers_scored:
+                prompt = variants[0][1].prompt_tokens
+                rows += len(prompt) - _common_prefix([previous, prompt])
+                previous = prompt
+                continue
             group = [s for _, item in variants for s in item.sequences]
             local = _split_point([item for _, item in variants])
             rows += local - _common_prefix([previous, group[0][:local]]) + _distinct_prefixes([s[local:] for s in group])
@@ -430,9 +472,45 @@ class Limits:
 
 @dataclass(frozen=True)
 class _Combined:
-    logprobs: list[float]
+    logprobs: list[float] | None  # None: the answers were not scored (a head on the hidden state alone)
     lengths: list[int]
     prompt_tokens: list[int]
+    hidden: np.ndarray | None = None
+    bound: float = 0.0
+
+
+def _plain(rule: Scoring) -> bool:
+    """A rule whose probabilities are the softmax of the raw log-likelihoods: the only kind a bound
+    on the unexpanded answers' total probability carries over to (a head reads every option's exact
+    log-likelihood; a prior, bias, temperature or length normalisation reweights them one by one)."""
+    return (rule.head is None and not rule.prior_correction and rule.bias is None and rule.temperature == 1.0
+            and not rule.length_normalize and rule.rotations == 1)
+
+
+def _bounded_totals(continuations: Sequence[Sequence[int]], rows: Sequence[np.ndarray],
+                    starts: Sequence[int]) -> tuple[list[float], float]:
+    """Option log-likelihoods from a best-first evaluation, and the bound on the probabilities
+    they give. A complete option has its exact log-likelihood. The options under one unexpanded
+    node share what its prefix leaves, split evenly: together at most that probability, F in all;
+    M the complete options' total. Softmax over these is then within F / M of the exact
+    probabilities, every one: the exact normaliser lies in [M, M + F]."""
+    totals: list[float] = [0.0] * len(rows)
+    open_groups: dict[tuple[int, ...], list[int]] = {}
+    complete_mass = 0.0
+    for index, (tokens, row, start) in enumerate(zip(continuations, rows, starts)):
+        known = ~np.isnan(row)
+        totals[index] = float(row[start:][known[start:]].sum())
+        if known.all():
+            complete_mass += float(np.exp(totals[index]))
+        else:
+            open_groups.setdefault(tuple(tokens[: int(np.argmin(known))]), []).append(index)
+    frontier_mass = 0.0
+    for members in open_groups.values():
+        for index in members:
+            totals[index] -= float(np.log(len(members)))
+        frontier_mass += float(np.exp(totals[members[0]])) * len(members)
+    bound = frontier_mass / complete_mass if complete_mass > 0 else 1.0
+    return totals, min(bound, 1.0)
 
 
 def _split_point(items: Sequence[_Scored]) -> int:
@@ -465,17 +543,19 @@ def _per_question_scoring(scoring: Sequence[Scoring | None] | Scoring | None, co
     return [s or Scoring() for s in scoring]
 
 
-def _answer(question: Question, totals: list[float], lengths: list[int], rule: Scoring, *,
-            prior: np.ndarray | None = None, hidden: np.ndarray | None = None, state_text: str | None = None) -> Answer:
-    if rule.bias is not None and len(rule.bias) != len(totals):
+def _answer(question: Question, totals: list[float] | None, lengths: list[int], rule: Scoring, *,
+            prior: np.ndarray | None = None, hidden: np.ndarray | None = None, state_text: str | None = None,
+            bound: float = 0.0) -> Answer:
+    if rule.bias is not None and totals is not None and len(rule.bias) != len(totals):
         raise InvalidRequestError("the calibration bias does not match the number of options", param="calibration")
     if rule.head is not None:
         if hidden is None:
             raise ValueError("a head needs the hidden state")
-        if rule.head.intercept.shape[0] != len(totals):
+        if rule.head.intercept.shape[0] != len(question.options):
             raise InvalidRequestError("the calibration head does not match the number of options", param="calibration")
         probabilities = rule.head.probabilities(totals, hidden, state_text)
     else:
+        assert totals is not None
         probabilities = maths.normalise(
             totals,
             temperature=rule.temperature,
@@ -483,8 +563,10 @@ def _answer(question: Question, totals: list[float], lengths: list[int], rule: S
             bias=rule.bias,
             prior=prior,
         )
+    logprobs = totals if totals is not None else [None] * len(question.options)
     options = tuple(
         OptionScore(o.value, text, lp, n, float(p))
-        for o, text, lp, n, p in zip(question.options, question.answer_texts(), totals, lengths, probabilities)
+        for o, text, lp, n, p in zip(question.options, question.answer_texts(), logprobs, lengths, probabilities)
     )
-    return Answer(question, options, maths.label_mass(totals), maths.confidence(probabilities), rule, rule.layout)
+    mass = maths.label_mass(totals) if totals is not None else None
+    return Answer(question, options, mass, maths.confidence(probabilities), rule, rule.layout, bound)

@@ -62,6 +62,10 @@ class EngineConfig:
     pinned_prefixes: int = 8
     # Most KV cells the pinned prefixes may hold together (0: half the context).
     pinned_cells: int = 0
+    # Answer tries with at least this many evaluated nodes may be expanded best-first when a bound is
+    # asked for (`score_trie(epsilon=...)`): each extra llama_decode call costs about as much as this
+    # many rows on the bundled models on CPU, so a smaller trie is cheaper evaluated whole in one pass.
+    lazy_trie_nodes: int = 64
     seed: int = 0
     flash_attn: bool = False
     use_mmap: bool = True
@@ -91,6 +95,22 @@ class GenerationResult:
     cached_tokens: int
 
 
+@dataclass(frozen=True)
+class TrieScores:
+    """What `Engine.score_trie` computed. rows: for every continuation, the log-probability of each
+    of its tokens given the prefix and its own earlier tokens; NaN where a lazy evaluation never
+    expanded the node that predicts it (the continuation's probability is then at most that of its
+    evaluated part). hidden: the hidden state at the prefix's last token, when asked for."""
+
+    rows: list[np.ndarray]
+    hidden: np.ndarray | None = None
+    lazy: bool = False
+
+    @property
+    def complete(self) -> list[bool]:
+        return [not np.isnan(row).any() for row in self.rows]
+
+
 def _log_softmax(row: np.ndarray) -> np.ndarray:
     row = row.astype(np.float64, copy=False)
     peak = row.max()
@@ -103,6 +123,44 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+def _gather(nodes: Sequence, continuations: Sequence[Sequence[int]],
+            expanded: dict[int, dict[int, float]]) -> list[np.ndarray]:
+    """Each continuation's token log-probabilities from the expanded nodes (NaN where the node
+    predicting a token was not expanded)."""
+    out = []
+    for path, tokens in zip(continuation_paths(nodes, continuations), continuations):
+        out.append(np.array([expanded[p][tok] if p in expanded else np.nan for p, tok in zip(path, tokens)]))
+    return out
+
+
+def _frontier(nodes: Sequence, expanded: dict[int, dict[int, float]]) -> tuple[list[tuple[int, float]], float]:
+    """The unexpanded nodes with children whose parent is expanded, with their prefix probability;
+    and the total probability of the continuations that are complete (leaves under expanded nodes)."""
+    logmass = {0: 0.0}
+    frontier: list[tuple[int, float]] = []
+    complete = 0.0
+    for index, node in enumerate(nodes):  # parents come before children
+        if index not in logmass:
+            continue
+        if index != 0 and not node.children:
+            complete += float(np.exp(logmass[index]))
+        elif index in expanded:
+            for token, child in node.children.items():
+                logmass[child] = logmass[index] + expanded[index][token]
+        else:
+            frontier.append((index, float(np.exp(logmass[index]))))
+    return frontier, complete
+
+
+def _subtree(nodes: Sequence, start: int) -> list[int]:
+    found, stack = [], [start]
+    while stack:
+        index = stack.pop()
+        found.append(index)
+        stack.extend(nodes[index].children.values())
+    return found
 
 
 class Engine:
@@ -396,14 +454,27 @@ class Engine:
 
     def score_continuations(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Log-probability of every token of every continuation given `prefix` and the
-        continuation's own earlier tokens. The part of the prefix the cache lacks and the
-        continuations' trie go in one batch (one llama_decode call when it fits n_batch): the
+        continuation's own earlier tokens, all exact (`score_trie` without a bound)."""
+        return self.score_trie(prefix, continuations).rows
+
+    def score_trie(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *, hidden: bool = False,
+                   epsilon: float = 0.0) -> TrieScores:
+        """Score every continuation of `prefix` as a token trie. The part of the prefix the cache
+        lacks and the trie go in one batch (one llama_decode call when it fits n_batch): the
         prefix's tokens belong to sequence 0 and to every continuation's sequence, each trie node
-        to the continuations passing through it."""
+        to the continuations passing through it. With `hidden`, the same call also returns the
+        hidden state at the prefix's last token (what a fitted head reads).
+
+        With `epsilon` > 0 and a trie of at least `lazy_trie_nodes` nodes, the trie is expanded
+        best-first instead (`_score_lazy`): it stops once the continuations left unexpanded can
+        hold at most `epsilon` times the probability already found, and their tokens below the
+        frontier are NaN."""
         if not prefix:
             raise InvalidRequestError("the prompt is empty")
         if not continuations or any(len(c) == 0 for c in continuations):
             raise InvalidRequestError("every continuation needs at least one token")
+        if epsilon < 0:
+            raise InvalidRequestError("epsilon must not be negative", param="epsilon")
         longest = max(len(c) for c in continuations)
         self._check_fits(len(prefix) + longest, "the prompt with its longest answer")
         with self._lock:
@@ -412,72 +483,164 @@ class Engine:
             budget = self.n_ctx - (len(prefix) - 1) - self._pinned_cells
             groups = plan_groups(continuations, max_members=self.n_seq_max - 1 - len(self._pin_sequences),
                                  max_nodes=budget)
+            if epsilon > 0 and len(groups) == 1:
+                nodes = build_trie(prefix[-1], continuations)
+                if sum(1 for n in nodes if n.children) >= self.config.lazy_trie_nodes:
+                    rows, state = self._score_lazy(prefix, continuations, nodes, epsilon, hidden)
+                    return TrieScores(rows, state, lazy=True)
             results: list[np.ndarray] = [np.empty(0)] * len(continuations)
-            for group in groups:
-                scored = self._score_group(prefix, [continuations[i] for i in group])
+            state = None
+            for number, group in enumerate(groups):
+                scored, group_state = self._score_group(prefix, [continuations[i] for i in group],
+                                                        hidden=hidden and number == 0)
+                state = group_state if number == 0 else state
                 for i, values in zip(group, scored):
                     results[i] = values
-            return results
+            return TrieScores(results, state)
 
-    def _score_group(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        nodes = build_trie(prefix[-1], continuations)
-        base = len(prefix) - 1
-        members = len(continuations)
+    def _begin_group(self, prefix: Sequence[int], members: int) -> tuple[list[int], list[int], list[list[int]]]:
+        """Give every member sequence the prefix sequence 0 holds; return the rows that evaluate the
+        rest of the prefix but its last token (kept in sequence 0 afterwards, shared by all
+        members): tokens, positions, sequence ids."""
         for s in range(1, members + 1):
             llama_cpp.llama_memory_seq_cp(self._memory, 0, s, -1, -1)
-        # Rows: the prefix tokens sequence 0 lacks (kept there afterwards), then every trie node
-        # that has children. A leaf's output is never read and nothing attends to it: not evaluated.
         tail_start = len(self._cached)
         tail = list(prefix[tail_start:-1])
         everyone = [0, *range(1, members + 1)]
-        inner = [i for i, n in enumerate(nodes) if n.children]
-        tokens = tail + [nodes[i].token for i in inner]
-        positions = list(range(tail_start, base)) + [base + nodes[i].depth for i in inner]
-        seq_ids = [everyone] * len(tail) + [[m + 1 for m in nodes[i].members] for i in inner]
-        wants = [False] * len(tail) + [True] * len(inner)
-        child_logprobs: dict[int, dict[int, float]] = {}
+        return tail, list(range(tail_start, len(prefix) - 1)), [everyone] * len(tail)
+
+    def _end_group(self, members: int) -> None:
+        for s in range(1, members + 1):
+            llama_cpp.llama_memory_seq_rm(self._memory, s, -1, -1)
+
+    def _run_rows(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]],
+                  wants: Sequence[bool], reads: dict[int, Sequence[int]], *, tail: int = 0,
+                  hidden_row: int | None = None) -> tuple[dict[int, dict[int, float]], np.ndarray | None]:
+        """Evaluate rows in n_batch chunks. reads: row index -> the tokens whose log-probability to
+        read from its output. The first `tail` rows are prefix tokens of sequence 0 (recorded as
+        cached once evaluated). With hidden_row, that row's hidden state is read too (llama.cpp
+        then computes every row's output: one call instead of a second one for the hidden state)."""
+        found: dict[int, dict[int, float]] = {}
+        state = None
+        if hidden_row is not None:
+            llama_cpp.llama_set_embeddings(self._ctx.ctx, True)
+            wants = [True] * len(tokens)  # what llama.cpp does anyway with embeddings on (and warns)
         try:
             for start in range(0, len(tokens), self.n_batch):
-                end = start + self.n_batch
+                end = min(start + self.n_batch, len(tokens))
                 self._decode(tokens[start:end], positions[start:end], seq_ids[start:end], wants[start:end])
-                for row_index in range(max(start, len(tail)), min(end, len(tokens))):
-                    node = nodes[inner[row_index - len(tail)]]
-                    row = self._logprobs_row(row_index - start)
-                    child_logprobs[inner[row_index - len(tail)]] = {tok: float(row[tok]) for tok in node.children}
-                if start < len(tail):
-                    self._cached.extend(tail[start:min(end, len(tail))])
+                for row_index in range(start, end):
+                    if row_index in reads:
+                        row = self._logprobs_row(row_index - start)
+                        found[row_index] = {tok: float(row[tok]) for tok in reads[row_index]}
+                    if row_index == hidden_row:
+                        state = self._hidden_row(row_index - start)
+                if start < tail:
+                    self._cached.extend(tokens[start:min(end, tail)])
         finally:
-            for s in range(1, members + 1):
-                llama_cpp.llama_memory_seq_rm(self._memory, s, -1, -1)
-        paths = continuation_paths(nodes, continuations)
-        return [
-            np.array([child_logprobs[p][tok] for p, tok in zip(path, tokens)])
-            for path, tokens in zip(paths, continuations)
-        ]
+            if hidden_row is not None:
+                llama_cpp.llama_set_embeddings(self._ctx.ctx, False)
+        return found, state
+
+    def _hidden_row(self, batch_index: int) -> np.ndarray:
+        pointer = llama_cpp.llama_get_embeddings_ith(self._ctx.ctx, batch_index)
+        if not pointer:
+            raise RuntimeError("llama.cpp returned no hidden state for this model")
+        width = llama_cpp.llama_model_n_embd(self._model.model)
+        values = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(width,))
+        return values.astype(np.float64)
+
+    def _score_group(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *,
+                     hidden: bool = False) -> tuple[list[np.ndarray], np.ndarray | None]:
+        nodes = build_trie(prefix[-1], continuations)
+        base = len(prefix) - 1
+        members = len(continuations)
+        tokens, positions, seq_ids = self._begin_group(prefix, members)
+        tail = len(tokens)
+        # Then every trie node that has children. A leaf's output is never read and nothing
+        # attends to it: not evaluated.
+        inner = [i for i, n in enumerate(nodes) if n.children]
+        tokens += [nodes[i].token for i in inner]
+        positions += [base + nodes[i].depth for i in inner]
+        seq_ids += [[m + 1 for m in nodes[i].members] for i in inner]
+        wants = [False] * tail + [True] * len(inner)
+        try:
+            found, state = self._run_rows(tokens, positions, seq_ids, wants,
+                                          {tail + r: nodes[i].children for r, i in enumerate(inner)}, tail=tail,
+                                          hidden_row=tail if hidden else None)
+        finally:
+            self._end_group(members)
+        child_logprobs = {i: found[tail + r] for r, i in enumerate(inner)}
+        return _gather(nodes, continuations, child_logprobs), state
+
+    def _score_lazy(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], nodes: list, epsilon: float,
+                    hidden: bool) -> tuple[list[np.ndarray], np.ndarray | None]:
+        """Best-first trie evaluation with a certified bound. Call one evaluates the prefix's tail
+        and the root (every continuation's first token). Each further call expands the unexpanded
+        nodes of highest prefix probability, each with its whole subtree (so its continuations
+        complete in that call), until the prefix probability left on the frontier is at most
+        `epsilon` times the probability of the completed continuations: every continuation under
+        the frontier is at most its frontier node's probability, so together they hold at most
+        that much. After two such calls the rest is expanded whole (exact)."""
+        base = len(prefix) - 1
+        members = len(continuations)
+        tokens, positions, seq_ids = self._begin_group(prefix, members)
+        tail = len(tokens)
+        tokens.append(nodes[0].token)
+        positions.append(base)
+        seq_ids.append([m + 1 for m in nodes[0].members])
+        expanded: dict[int, dict[int, float]] = {}
+        try:
+            found, state = self._run_rows(tokens, positions, seq_ids, [False] * tail + [True],
+                                          {tail: nodes[0].children}, tail=tail, hidden_row=tail if hidden else None)
+            expanded[0] = found[tail]
+            taken = 0.0
+            for round_number in range(3):
+                frontier, complete_mass = _frontier(nodes, expanded)
+                frontier_mass = sum(mass for _, mass in frontier)
+                if not frontier or frontier_mass <= epsilon * complete_mass:
+                    break
+                if round_number == 2:
+                    chosen = [index for index, _ in frontier]
+                else:
+                    # How much of an expanded node's prefix probability earlier calls found in its
+                    # options (the rest goes to text that is no option): the share to expect now.
+                    share = min(1.0, complete_mass / taken) if taken > 0 else 1.0
+                    chosen, left = [], frontier_mass
+                    for index, mass in sorted(frontier, key=lambda item: -item[1]):
+                        if left <= epsilon * (complete_mass + share * (frontier_mass - left)):
+                            break
+                        chosen.append(index)
+                        left -= mass
+                    taken += frontier_mass - left
+                rows = sorted(i for start in chosen for i in _subtree(nodes, start) if nodes[i].children)
+                found, _ = self._run_rows([nodes[i].token for i in rows], [base + nodes[i].depth for i in rows],
+                                          [[m + 1 for m in nodes[i].members] for i in rows], [True] * len(rows),
+                                          {r: nodes[i].children for r, i in enumerate(rows)})
+                for r, i in enumerate(rows):
+                    expanded[i] = found[r]
+        finally:
+            self._end_group(members)
+        return _gather(nodes, continuations, expanded), state
 
     def hidden_state(self, prompt: Sequence[int]) -> np.ndarray:
         """The model's final hidden state (after the output norm, before the vocabulary projection)
-        at the prompt's last token: the position the answer is predicted from. Reuses the cached
-        prefix, so after scoring the same prompt it costs one token's evaluation."""
+        at the prompt's last token: the position the answer is predicted from. The part of the
+        prompt the cache lacks is evaluated in one call; after scoring the same prompt it costs
+        one token's evaluation."""
         if not prompt:
             raise InvalidRequestError("the prompt is empty")
         self._check_fits(len(prompt), "the prompt")
         with self._lock:
             self._make_room(len(prompt))
-            self._prepare_prefix(prompt[:-1])
-            llama_cpp.llama_set_embeddings(self._ctx.ctx, True)
-            try:
-                self._decode(prompt[-1:], [len(prompt) - 1], [(0,)], [True])
-                pointer = llama_cpp.llama_get_embeddings_ith(self._ctx.ctx, 0)
-                if not pointer:
-                    raise RuntimeError("llama.cpp returned no hidden state for this model")
-                width = llama_cpp.llama_model_n_embd(self._model.model)
-                values = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(width,))
-                hidden = values.astype(np.float64)
-            finally:
-                llama_cpp.llama_set_embeddings(self._ctx.ctx, False)
-            self._cached.append(prompt[-1])
-            return hidden
+            self._prepare_prefix(prompt[:-1], fill=False)
+            start = len(self._cached)
+            tokens = list(prompt[start:])
+            last = len(tokens) - 1
+            _, state = self._run_rows(tokens, range(start, len(prompt)), [(0,)] * len(tokens),
+                                      [False] * last + [True], {}, tail=len(tokens), hidden_row=last)
+            assert state is not None
+            return state
 
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray:
         """Reference path: evaluate `tokens` from an empty cache and return the log-probability of

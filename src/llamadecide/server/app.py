@@ -59,7 +59,7 @@ class Runtime:
             profiles = store.get
             self.profile_store = store
             log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
-        decisions = DecisionServing(Decider(engine), model_name=name, max_questions=self.settings.max_questions,
+        decisions = DecisionServing(Decider(engine, epsilon=self.settings.answer_epsilon), model_name=name, max_questions=self.settings.max_questions,
                                     max_options=self.settings.max_options, model_sha256=lambda: engine.model_sha256,
                                     profiles=profiles, systemone_extensions=self.settings.systemone_extensions,
                                     max_request_rows=self.settings.max_request_rows,

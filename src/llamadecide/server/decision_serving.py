@@ -225,7 +225,7 @@ class DecisionServing:
     def _extension_fields(answer: Answer, prepared: Prepared) -> dict[str, Any]:
         ext, profile = prepared.extension, prepared.profile
         fields: dict[str, Any] = {"label_mass": answer.label_mass, "prompt_format": answer.prompt_format,
-                                  "calibrated": profile is not None}
+                                  "calibrated": profile is not None, "probability_bound": answer.bound}
         if profile is not None:
             fields["profile"] = profile.name
             fields["method"] = profile.method_label
