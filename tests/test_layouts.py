@@ -163,11 +163,18 @@ def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
 
     out = tmp_path / "layouts.json"
     assert layouts.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--items", "3", "--n-ctx", "4096",
-                         "--shots-per-class", "1", "--json", str(out)]) == 0
+                         "--shots-per-class", "1", "--head-labels", "12", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["layout"], r["shots"]) for r in rows] == [(PROMPT_FORMAT_VERSION, 0), (QUESTION_FIRST, 0), (QUESTION_FIRST, 2),
-                                                         (INPUT_LAST, 0), (INPUT_LAST, 2)]
+    head = "head, hidden state + lexical (12 labels)"
+    assert [(r["layout"], r["shots"], r["method"]) for r in rows] == [
+        (PROMPT_FORMAT_VERSION, 0, "zero-shot"), (QUESTION_FIRST, 0, "zero-shot"), (QUESTION_FIRST, 0, head),
+        (QUESTION_FIRST, 2, "zero-shot"), (QUESTION_FIRST, 2, head), (INPUT_LAST, 0, "zero-shot"), (INPUT_LAST, 0, head),
+        (INPUT_LAST, 2, "zero-shot"), (INPUT_LAST, 2, head)]
     for row in rows:
         assert row["dataset"] == "sst2" and row["decode_calls"] == 1.0 and row["p50_s"] > 0
         assert 0 <= row["accuracy"] <= 1 and row["rows_per_request"] > 0
+        assert row["epsilon"] == (0.001 if row["method"] == "zero-shot" else 0.0)  # a head needs every answer exact
+        assert row["max_bound"] == 0.0  # two answers: never worth a second call
     assert max(r["rows_per_request"] for r in rows[1:]) < rows[0]["rows_per_request"]
+    for plain, headed in zip(rows[1::2], rows[2::2]):  # the head evaluates the prompt alone: no answer trie
+        assert headed["rows_per_request"] < plain["rows_per_request"]

@@ -10,6 +10,12 @@ class, balanced, from the data set's labelled part; the evaluated items are neve
 first request evaluates (and pins) its question prefix: it is timed apart as `first_s` and not
 counted in the per-request figures. Per layout: evaluated rows (tokens) and llama_decode calls per
 request, p50 / p95 latency, accuracy of the argmax, and the ratios to `llamadecide-1`.
+
+--epsilon runs every layout once per bound (0: exact; the server's default 0.001 lets a large
+answer trie be expanded best-first), reporting the largest bound an answer had. --head-labels N
+also fits, for each question-first layout, a head on the hidden state alone with the lexical
+expert (`calibrate`'s candidate; C by cross-validation) on N items of the labelled part, and
+decides the same test items with it: that head evaluates the prompt only.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import json
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +36,19 @@ from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.run import choose_demonstrations, split
 from llamadecide.decisions import Decider, Scoring
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
-from llamadecide.decisions.service import Demonstration
+from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, cross_validated, fit_head
+from llamadecide.decisions.maths import HIDDEN_ONLY
+from llamadecide.decisions.service import Demonstration, Head
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
 
 
-def run_layout(engine: Engine, decider: Decider, question, texts: list[str], gold: np.ndarray, rule: Scoring) -> dict:
+def run_layout(engine: Engine, decider: Decider, question, texts: list[str], gold: np.ndarray, rule: Scoring,
+               method: str = "zero-shot") -> dict:
     engine.clear_cache()
     began = time.perf_counter()
     decider.decide(texts[-1], [question], scoring=rule)  # evaluates and pins the question prefix (not counted)
     first = time.perf_counter() - began
-    seconds, rows, calls, correct, cached = [], [], [], [], []
+    seconds, rows, calls, correct, cached, bounds = [], [], [], [], [], []
     for text, y in zip(texts[:-1], gold[:-1]):
         before = dict(engine.counters)
         began = time.perf_counter()
@@ -48,10 +58,23 @@ def run_layout(engine: Engine, decider: Decider, question, texts: list[str], gol
         calls.append(engine.counters["decode_calls"] - before["decode_calls"])
         cached.append(decision.extra["cached_tokens"])
         correct.append(int(np.argmax(decision.answers[0].probabilities)) == int(y))
-    return {"layout": rule.layout, "shots": len(rule.demonstrations), "items": len(seconds),
+        bounds.append(decision.answers[0].bound)
+    return {"layout": rule.layout, "shots": len(rule.demonstrations), "method": method, "epsilon": decider.epsilon,
+            "max_bound": float(max(bounds)), "items": len(seconds),
             "rows_per_request": float(np.mean(rows)), "decode_calls": float(np.mean(calls)),
             "cached_tokens": float(np.median(cached)), "p50_s": float(np.median(seconds)),
             "p95_s": float(np.percentile(seconds, 95)), "first_s": first, "accuracy": float(np.mean(correct))}
+
+
+def fit_hidden_head(decider: Decider, question, rule: Scoring, texts: list[str], y: np.ndarray) -> Head:
+    """A head on the hidden state alone with the lexical expert, C chosen by cross-validated NLL
+    among calibrate's grid, fitted on these labelled items."""
+    H = np.array([decider.hidden(text, question, demonstrations=rule.demonstrations, layout=rule.layout) for text in texts])
+    L = np.zeros((len(texts), len(question.options)))  # not read by this head
+    best = min(HEAD_C_GRID, key=lambda C: cross_validated(
+        L, None, y, Candidate("head", False, C=C, lexical=True, features=HIDDEN_ONLY), hidden=H, texts=texts)["nll"])
+    fitted = fit_head(L, H, y, C=best, texts=texts, features=HIDDEN_ONLY)
+    return Head(fitted.weights, fitted.intercept, fitted.lexical, fitted.mix, HIDDEN_ONLY)
 
 
 def run_dataset(engine: Engine, name: str, args) -> list[dict]:
@@ -62,7 +85,6 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
     pool, test = split(len(items), dataset.labelled, args.items + 1, args.seed)
     texts = [items[i].text for i in test]
     question = task.question()
-    decider = Decider(engine)
     rules = [Scoring(layout=PROMPT_FORMAT_VERSION)]
     for layout in QUESTION_FIRST_FORMATS:
         rules.append(Scoring(layout=layout))
@@ -71,13 +93,24 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
             rules.append(Scoring(layout=layout, demonstrations=tuple(Demonstration(items[i].text, int(y[i]))
                                                                      for i in chosen)))
     rows = []
+
+    def record(row: dict) -> None:
+        rows.append({"dataset": name, "options": len(task.options), **row})
+        print(json.dumps(rows[-1]), flush=True)
+
     for rule in rules:
         if args.layouts and rule.layout not in args.layouts:
             continue
-        row = {"dataset": name, "options": len(task.options), **run_layout(engine, decider, question, texts, y[test], rule)}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    baseline = next((r for r in rows if r["layout"] == PROMPT_FORMAT_VERSION and r["shots"] == 0), None)
+        for epsilon in args.epsilon:
+            record(run_layout(engine, Decider(engine, epsilon=epsilon), question, texts, y[test], rule))
+        if args.head_labels and rule.layout in QUESTION_FIRST_FORMATS:
+            shown = {d.input for d in rule.demonstrations}
+            labelled = [int(i) for i in pool if items[i].text not in shown][: args.head_labels]
+            head = fit_hidden_head(Decider(engine), question, rule, [items[i].text for i in labelled], y[labelled])
+            record(run_layout(engine, Decider(engine), question, texts, y[test], replace(rule, head=head),
+                              method=f"head, hidden state + lexical ({len(labelled)} labels)"))
+    baseline = next((r for r in rows if r["layout"] == PROMPT_FORMAT_VERSION and r["shots"] == 0
+                     and r["method"] == "zero-shot" and r["epsilon"] == min(args.epsilon)), None)
     for row in rows:
         if baseline is not None:
             row["p50_speedup"] = baseline["p50_s"] / row["p50_s"]
@@ -87,11 +120,11 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
 
 def print_table(rows: list[dict], console: Console, title: str) -> None:
     table = Table(title=title)
-    for column in ("data set", "layout", "shots", "rows/request", "decode calls", "p50 s", "p95 s", "first s",
+    for column in ("data set", "layout", "shots", "method", "epsilon", "rows/request", "decode calls", "p50 s", "p95 s", "first s",
                    "accuracy", "p50 speed-up"):
         table.add_column(column, justify="left" if column in ("data set", "layout") else "right")
     for r in rows:
-        table.add_row(r["dataset"], r["layout"], str(r["shots"]), f"{r['rows_per_request']:.1f}", f"{r['decode_calls']:.2f}",
+        table.add_row(r["dataset"], r["layout"], str(r["shots"]), r["method"], f"{r['epsilon']:g}", f"{r['rows_per_request']:.1f}", f"{r['decode_calls']:.2f}",
                       f"{r['p50_s']:.3f}", f"{r['p95_s']:.3f}", f"{r['first_s']:.2f}", f"{r['accuracy']:.3f}",
                       f"{r['p50_speedup']:.2f}x" if "p50_speedup" in r else "-")
     console.print(table)
@@ -105,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shots-per-class", type=int, nargs="*", default=[1],
                         help="question-first layouts with this many demonstrations per class (none: zero-shot only)")
     parser.add_argument("--layouts", nargs="*", default=None, help="only these prompt formats")
+    parser.add_argument("--epsilon", type=float, nargs="+", default=[0.001],
+                        help="answer bounds to run each layout with (0: exact answer tries)")
+    parser.add_argument("--head-labels", type=int, default=0,
+                        help="also fit and time a head on the hidden state (+ lexical) on this many labelled items, "
+                             "question-first layouts only (0: none)")
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1: all)")

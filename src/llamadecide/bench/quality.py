@@ -37,7 +37,7 @@ from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, appl
                                          fit_variant, out_of_fold, score_variants, select, split)
 from llamadecide.calibration.thresholds import Threshold, evaluate_threshold, select_threshold
 from llamadecide.decisions import lexical
-from llamadecide.decisions.maths import confidence
+from llamadecide.decisions.maths import HIDDEN_ONLY, LOGLIK_HIDDEN, confidence
 from llamadecide.decisions.prompt import PROMPT_FORMATS
 from llamadecide.engine import Engine, EngineConfig, SamplingParams, resolve_model_path
 from llamadecide.engine.model_files import BUNDLED
@@ -162,9 +162,11 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
     results, fitted = select(scored, cal_idx, y_cal)
     heads = [r for r in results if r["kind"] == "head"]
     for variant in scored:
-        for lexical, name in ((False, "head"), (True, "head + lexical")):
-            mine = [r for r in heads if (r["mode"], r["rotations"], r["shots"], r["layout"], r["lexical"])
-                    == (variant.mode, variant.rotations, variant.shots, variant.layout, lexical)]
+        for features, lexical, name in ((LOGLIK_HIDDEN, False, "head"), (LOGLIK_HIDDEN, True, "head + lexical"),
+                                        (HIDDEN_ONLY, False, "head, hidden state alone"),
+                                        (HIDDEN_ONLY, True, "head, hidden state alone + lexical")):
+            mine = [r for r in heads if (r["mode"], r["rotations"], r["shots"], r["layout"], r["lexical"], r["features"])
+                    == (variant.mode, variant.rotations, variant.shots, variant.layout, lexical, features)]
             if mine:
                 rows.append(_fitted_row(name, min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
     best = min(results, key=lambda r: r["cv_nll"])

@@ -335,7 +335,7 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
             results.append({"mode": variant.mode, "rotations": variant.rotations, "shots": variant.shots,
                             "layout": variant.layout,
                             "method": candidate.method,
-                            "kind": candidate.kind, "lexical": candidate.lexical,
+                            "kind": candidate.kind, "lexical": candidate.lexical, "features": candidate.features,
                             "length_normalize": candidate.length_normalize,
                             "prior_correction": candidate.prior_correction, "label": label,
                             "cv_nll": cv["nll"], "cv_accuracy": cv["accuracy"]})

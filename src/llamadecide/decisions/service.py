@@ -339,6 +339,17 @@ class Decider:
         assert item.logprobs is not None
         return item.logprobs, item.lengths, item.hidden
 
+    def hidden(self, state: Any, question: Question, *, demonstrations: Sequence[Demonstration] = (),
+               layout: str = PROMPT_FORMAT_VERSION) -> np.ndarray:
+        """What a head on the hidden state alone reads: the hidden state at the answer position,
+        with only the prompt evaluated (the question prefix pinned as a decision pins it)."""
+        rule = Scoring(demonstrations=tuple(demonstrations), layout=check_layout(layout))
+        state_text = render_state(state)
+        item = self._tokenize(state_text, question, _shown(question, rule.demonstrations, 0), rule.layout)
+        if rule.demonstrations or rule.layout in QUESTION_FIRST_FORMATS:
+            self._pin_question_prefix(state_text, question, rule, item.prompt_tokens)
+        return self.engine.hidden_state(item.prompt_tokens)
+
     def content_free_scores(self, question: Question, *, rotations: int = 1, demonstrations: Sequence[Demonstration] = (),
                             layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray]:
         """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
