@@ -24,7 +24,7 @@ TEXT = "I lost my card yesterday and I think someone is using it, can you block 
 @pytest.fixture(scope="module")
 def lazy_engine() -> Engine:
     """Lazy from 8 trie nodes up, so that a question of the size tests can afford takes that path."""
-    return Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=4096, lazy_trie_nodes=8))
+    return Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=4096, call_cost_rows=8))
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_the_bound_only_applies_to_plain_softmax_answers_and_large_tries(lazy_en
     tempered = decider.decide(TEXT, [intents], scoring=Scoring(temperature=2.0)).answers[0]
     assert tempered.bound == 0.0 and all(o.logprob is not None for o in tempered.options)
     small = decider.decide(TEXT, [choice("Is this about a card?", ["yes", "no"])]).answers[0]
-    assert small.bound == 0.0  # a trie under lazy_trie_nodes is cheaper in one pass
+    assert small.bound == 0.0  # a trie under call_cost_rows is cheaper in one pass
 
 
 def test_the_default_engine_keeps_small_tries_exact_and_in_one_call(engine):
@@ -108,7 +108,8 @@ def test_a_head_on_the_hidden_state_alone_scores_no_answer(engine, intents):
     decision, work = counted(engine, lambda: Decider(engine).decide(TEXT, [intents], scoring=Scoring(head=head)))
     answer = decision.answers[0]
     prompt = engine.tokenize_prompt(engine.render_chat(build_messages(TEXT, intents)))
-    assert work == {"decode_calls": 1, "rows": len(prompt)}  # the prompt, nothing else
+    assert work == {"decode_calls": 1 if engine._outputs_cost_less(len(prompt) - 1) else 2,
+                    "rows": len(prompt)}  # the prompt, nothing else
     assert decision.prompt_tokens == len(prompt)
     assert answer.label_mass is None and all(o.logprob is None for o in answer.options)
     hidden = engine.hidden_state(prompt)

@@ -56,3 +56,25 @@ def test_lexical_parameters_that_disagree_in_size_are_refused():
         LexicalParams(vocabulary=["ab", "bc"], idf=[1.0], weights=[[0.0, 0.0]], intercept=[0.0], mix=(1.0, 1.0))
     with pytest.raises(ValueError, match="one intercept per option"):
         LexicalParams(vocabulary=["ab"], idf=[1.0], weights=[[0.0], [1.0]], intercept=[0.0], mix=(1.0, 1.0))
+
+
+def test_a_head_on_the_hidden_state_alone_ignores_the_log_likelihoods_and_serves_without_them():
+    from llamadecide.calibration.fitting import Candidate, candidates
+    from llamadecide.decisions.maths import HIDDEN_ONLY
+
+    texts, y = corpus(90)
+    rng = np.random.default_rng(4)
+    H = rng.normal(size=(90, 8))
+    H[np.arange(90), y] += 3.0  # the hidden state carries the label
+    L = rng.normal(size=(90, 3))
+    head = fit_head(L, H, y, C=0.5, texts=texts, features=HIDDEN_ONLY)
+    assert head.weights.shape == (3, 8)
+    assert np.array_equal(head.apply(L, None, H, texts), head.apply(rng.normal(size=(90, 3)), None, H, texts))
+    params = HeadParams.model_validate_json(HeadParams.from_calibrator(head).model_dump_json())
+    assert params.features == "hidden-1" and params.hidden_size == 8
+    served = params.build()
+    assert not served.reads_logprobs
+    assert served.probabilities(None, H[0], texts[0]) == pytest.approx(head.apply(L[:1], None, H[:1], texts[:1])[0], abs=1e-9)
+    labels = [c.label for c in candidates(False, has_hidden=True, has_texts=True)]
+    assert "head (hidden state, C=0.05) + lexical" in labels and "head (C=0.05)" in labels
+    assert Candidate("head", False, C=0.5, features=HIDDEN_ONLY).method == "head"

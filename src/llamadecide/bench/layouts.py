@@ -110,7 +110,7 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
             record(run_layout(engine, Decider(engine), question, texts, y[test], replace(rule, head=head),
                               method=f"head, hidden state + lexical ({len(labelled)} labels)"))
     baseline = next((r for r in rows if r["layout"] == PROMPT_FORMAT_VERSION and r["shots"] == 0
-                     and r["method"] == "zero-shot" and r["epsilon"] == min(args.epsilon)), None)
+                     and r["method"] == "zero-shot" and r["epsilon"] == min(args.epsilon, default=0.0)), None)
     for row in rows:
         if baseline is not None:
             row["p50_speedup"] = baseline["p50_s"] / row["p50_s"]
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shots-per-class", type=int, nargs="*", default=[1],
                         help="question-first layouts with this many demonstrations per class (none: zero-shot only)")
     parser.add_argument("--layouts", nargs="*", default=None, help="only these prompt formats")
-    parser.add_argument("--epsilon", type=float, nargs="+", default=[0.001],
-                        help="answer bounds to run each layout with (0: exact answer tries)")
+    parser.add_argument("--epsilon", type=float, nargs="*", default=[0.001],
+                        help="answer bounds to run each layout with (0: exact answer tries; none: heads only)")
     parser.add_argument("--head-labels", type=int, default=0,
                         help="also fit and time a head on the hidden state (+ lexical) on this many labelled items, "
                              "question-first layouts only (0: none)")

@@ -184,7 +184,7 @@ def _common_prefix(sequences: Sequence[Sequence[int]]) -> int:
 class Decider:
     def __init__(self, engine: ScoringEngine, *, prior_cache_size: int = 512, epsilon: float = 0.0) -> None:
         """epsilon > 0 lets `decide` expand a plain softmax question's answers best-first when they
-        are many (the engine's `lazy_trie_nodes`): every probability is then within `epsilon` of the
+        are many (the engine's `call_cost_rows`): every probability is then within `epsilon` of the
         exact one, and the answer says by how much (`Answer.bound`). 0: always exact."""
         if epsilon < 0 or epsilon >= 1:
             raise ValueError("epsilon must be in [0, 1)")

@@ -62,10 +62,12 @@ class EngineConfig:
     pinned_prefixes: int = 8
     # Most KV cells the pinned prefixes may hold together (0: half the context).
     pinned_cells: int = 0
-    # Answer tries with at least this many evaluated nodes may be expanded best-first when a bound is
-    # asked for (`score_trie(epsilon=...)`): each extra llama_decode call costs about as much as this
-    # many rows on the bundled models on CPU, so a smaller trie is cheaper evaluated whole in one pass.
-    lazy_trie_nodes: int = 64
+    # The cost model for skipping work: one llama_decode call costs about as much as this many batch
+    # rows (the bundled models on CPU: the weights are streamed once per call). A bound on the answers
+    # (`score_trie(epsilon=...)`) expands tries of at least this many nodes best-first, over several
+    # calls; a hidden state comes from the scoring call itself unless computing every row's output,
+    # as llama.cpp then does, would cost more than a call of its own.
+    call_cost_rows: int = 64
     seed: int = 0
     flash_attn: bool = False
     use_mmap: bool = True
@@ -218,6 +220,9 @@ class Engine:
         self.n_batch = ctx_params.n_batch
         self.n_seq_max = llama_cpp.llama_n_seq_max(self._ctx.ctx)
         self.n_vocab = self._model.n_vocab()
+        # What a row's output (the vocabulary projection) costs, as a share of the whole row.
+        n_params = llama_cpp.llama_model_n_params(self._model.model)
+        self._output_share = self.n_vocab * llama_cpp.llama_model_n_embd(self._model.model) / max(n_params, 1)
         self.n_threads = n_threads
         self.n_gpu_layers = config.n_gpu_layers
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, self.n_seq_max)
@@ -465,7 +470,7 @@ class Engine:
         to the continuations passing through it. With `hidden`, the same call also returns the
         hidden state at the prefix's last token (what a fitted head reads).
 
-        With `epsilon` > 0 and a trie of at least `lazy_trie_nodes` nodes, the trie is expanded
+        With `epsilon` > 0 and a trie of at least `call_cost_rows` nodes, the trie is expanded
         best-first instead (`_score_lazy`): it stops once the continuations left unexpanded can
         hold at most `epsilon` times the probability already found, and their tokens below the
         frontier are NaN."""
@@ -485,18 +490,26 @@ class Engine:
                                  max_nodes=budget)
             if epsilon > 0 and len(groups) == 1:
                 nodes = build_trie(prefix[-1], continuations)
-                if sum(1 for n in nodes if n.children) >= self.config.lazy_trie_nodes:
+                if sum(1 for n in nodes if n.children) >= self.config.call_cost_rows:
                     rows, state = self._score_lazy(prefix, continuations, nodes, epsilon, hidden)
                     return TrieScores(rows, state, lazy=True)
+            in_call = hidden and self._outputs_cost_less(len(prefix) - 1 - len(self._cached))
             results: list[np.ndarray] = [np.empty(0)] * len(continuations)
             state = None
             for number, group in enumerate(groups):
                 scored, group_state = self._score_group(prefix, [continuations[i] for i in group],
-                                                        hidden=hidden and number == 0)
+                                                        hidden=in_call and number == 0)
                 state = group_state if number == 0 else state
                 for i, values in zip(group, scored):
                     results[i] = values
+            if hidden and state is None:
+                state = self.hidden_state(prefix)  # the prefix is cached now: one row
             return TrieScores(results, state)
+
+    def _outputs_cost_less(self, rows: int) -> bool:
+        """Whether computing the output of `rows` prompt rows (what reading a hidden state in a
+        batch makes llama.cpp do) costs less than a llama_decode call of its own."""
+        return rows * self._output_share <= self.config.call_cost_rows
 
     def _begin_group(self, prefix: Sequence[int], members: int) -> tuple[list[int], list[int], list[list[int]]]:
         """Give every member sequence the prefix sequence 0 holds; return the rows that evaluate the
@@ -626,14 +639,17 @@ class Engine:
     def hidden_state(self, prompt: Sequence[int]) -> np.ndarray:
         """The model's final hidden state (after the output norm, before the vocabulary projection)
         at the prompt's last token: the position the answer is predicted from. The part of the
-        prompt the cache lacks is evaluated in one call; after scoring the same prompt it costs
-        one token's evaluation."""
+        prompt the cache lacks is evaluated in one call where that costs less than two (see
+        `call_cost_rows`); after scoring the same prompt it costs one token's evaluation."""
         if not prompt:
             raise InvalidRequestError("the prompt is empty")
         self._check_fits(len(prompt), "the prompt")
         with self._lock:
             self._make_room(len(prompt))
-            self._prepare_prefix(prompt[:-1], fill=False)
+            reused = self._prepare_prefix(prompt[:-1], fill=False)
+            if not self._outputs_cost_less(len(prompt) - 1 - reused):
+                self._fill(prompt[:-1], reused, 0)  # without outputs, then the last row on its own
+                self._cached.extend(prompt[reused:-1])
             start = len(self._cached)
             tokens = list(prompt[start:])
             last = len(tokens) - 1
