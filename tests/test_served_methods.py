@@ -98,6 +98,43 @@ def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_prob
         assert_error(refused, 400, param="llamadecide.prior_correction")
 
 
+@pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
+def test_a_served_head_on_the_hidden_state_alone_scores_no_answer(engine, tmp_path):
+    from llamadecide.bench.server_process import ServerProcess
+    from llamadecide.decisions.maths import HIDDEN_ONLY
+
+    task = load_task("agnews")
+    items = read_labelled(AGNEWS, text_column="0", label_column="1")[:24]
+    decider = Decider(engine)
+    question = task.question()
+    H = np.array([decider.hidden(item.text, question, layout="llamadecide-3") for item in items])
+    y = np.array([task.gold_index(item.label) for item in items])
+    head = fit_head(np.zeros((len(items), len(task.options))), H, y, C=0.05, features=HIDDEN_ONLY)
+    profile = CalibrationProfile(
+        name="agnews-hidden", created="2026-12-05T00:00:00+00:00", model_sha256=engine.model_sha256,
+        prompt_format="llamadecide-3", task={"type": "choice", "instructions": task.instructions, "options": task.options,
+                                             "fingerprint": task.fingerprint()},
+        mode="text", calibrator="head", length_normalize=False, temperature=1.0, method="head",
+        head=HeadParams.from_calibrator(head), threshold=0.5, target_precision=0.9, confidence_level=0.95,
+        dataset_fingerprint="test", metrics={})
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    profile.save(profiles / "hidden.json")
+    text = "Shares of the chip maker jumped after it raised its revenue forecast."
+    engine.clear_cache()
+    expected = head.apply(np.zeros((1, len(task.options))), None,
+                          np.array([decider.hidden(text, question, layout="llamadecide-3")]))[0]
+    body = {"model": "m", "input": text, "llamadecide": {"profile": "agnews-hidden"},
+            "questions": [{"type": "choice", "instructions": task.instructions,
+                           "choices": [{"value": v} for v in task.options]}]}
+    with ServerProcess("--profiles-dir", str(profiles)) as server:
+        response = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120)
+        answer = response.json()["answers"][0]
+        assert answer["method"] == "head (hidden state)" and answer["prompt_format"] == "llamadecide-3"
+        assert answer["label_mass"] is None and answer["probability_bound"] == 0.0
+        assert probabilities(response) == pytest.approx(list(expected), abs=0.02)
+
+
 def test_a_profile_with_a_head_must_say_so():
     with pytest.raises(ValueError, match="head parameters exactly when"):
         CalibrationProfile(name="x", created="", model_sha256="0" * 64, prompt_format="llamadecide-1",

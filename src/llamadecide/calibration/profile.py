@@ -132,8 +132,11 @@ class CalibrationProfile(BaseModel):
 
     @property
     def method_label(self) -> str:
-        """The method as served: e.g. 'prior-corrected', 'head + lexical', '4-shot' or '4-shot, prior-corrected'."""
-        method = self.method + (" + lexical" if self.head is not None and self.head.lexical is not None else "")
+        """The method as served: e.g. 'prior-corrected', 'head + lexical', 'head (hidden state) + lexical',
+        '4-shot' or '4-shot, prior-corrected'."""
+        method = self.method
+        if self.head is not None:
+            method += (" (hidden state)" if self.head.features == "hidden-1" else "") + (" + lexical" if self.head.lexical else "")
         shots = len(self.demonstrations or ())
         if not shots:
             return method
