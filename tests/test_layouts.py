@@ -163,7 +163,7 @@ def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
 
     out = tmp_path / "layouts.json"
     assert layouts.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--items", "3", "--n-ctx", "4096",
-                         "--shots-per-class", "1", "--head-labels", "12", "--json", str(out)]) == 0
+                         "--shots-per-class", "1", "--head-labels", "12", "--epsilon", "0.001", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     head = "head, hidden state + lexical (12 labels)"
     assert [(r["layout"], r["shots"], r["method"]) for r in rows] == [

@@ -132,7 +132,7 @@ class Settings(BaseSettings):
     pinned_prefixes: int = Field(8, ge=0, description="Question prefixes (question-first layout, demonstrations) kept evaluated across requests; each is one KV sequence fewer for options")
     pinned_cells: int = Field(0, ge=0, description="Most KV cells the pinned prefixes hold together (0: half of n_ctx); a longer prefix is evaluated per request")
     call_cost_rows: int = Field(64, ge=1, description="Answer tries with at least this many nodes may be expanded best-first under answer_epsilon (smaller ones cost less in one pass)")
-    answer_epsilon: float = Field(0.001, ge=0.0, lt=1.0, description="Bound on the probability error of an uncalibrated answer with many options, expanded best-first (reported per answer as probability_bound); 0: always exact")
+    answer_epsilon: float = Field(0.0, ge=0.0, lt=1.0, description="Bound on the probability error of an uncalibrated answer with many options, expanded best-first (reported per answer as probability_bound); 0: always exact")
     seed: int = Field(0, description="Sampling seed")
     flash_attn: bool = Field(False, description="Use flash attention")
     no_mmap: bool = Field(False, description="Read the model into memory instead of mapping it")

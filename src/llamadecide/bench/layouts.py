@@ -11,8 +11,8 @@ first request evaluates (and pins) its question prefix: it is timed apart as `fi
 counted in the per-request figures. Per layout: evaluated rows (tokens) and llama_decode calls per
 request, p50 / p95 latency, accuracy of the argmax, and the ratios to `llamadecide-1`.
 
---epsilon runs every layout once per bound (0: exact; the server's default 0.001 lets a large
-answer trie be expanded best-first), reporting the largest bound an answer had. --head-labels N
+--epsilon runs every layout once per bound (0, the server's default: exact; above 0, a large answer
+trie is expanded best-first, `answer_epsilon`), reporting the largest bound an answer had. --head-labels N
 also fits, for each question-first layout, a head on the hidden state alone with the lexical
 expert (`calibrate`'s candidate; C by cross-validation) on N items of the labelled part, and
 decides the same test items with it: that head evaluates the prompt only.
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shots-per-class", type=int, nargs="*", default=[1],
                         help="question-first layouts with this many demonstrations per class (none: zero-shot only)")
     parser.add_argument("--layouts", nargs="*", default=None, help="only these prompt formats")
-    parser.add_argument("--epsilon", type=float, nargs="*", default=[0.001],
+    parser.add_argument("--epsilon", type=float, nargs="*", default=[0.0],
                         help="answer bounds to run each layout with (0: exact answer tries; none: heads only)")
     parser.add_argument("--head-labels", type=int, default=0,
                         help="also fit and time a head on the hidden state (+ lexical) on this many labelled items, "
