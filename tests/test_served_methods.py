@@ -54,6 +54,27 @@ def test_bad_method_options_are_4xx(server):
     assert httpx.get(f"{server.url}/health", timeout=30).json()["status"] == "ok"
 
 
+def save_head_profile(tmp_path, engine, task, head, name: str, prompt_format: str) -> Path:
+    """A profile directory holding `name`.json: the fitted head for the task, bound to this model."""
+    profile = CalibrationProfile(
+        name=name, created="2026-12-05T00:00:00+00:00", model_sha256=engine.model_sha256,
+        prompt_format=prompt_format, task={"type": "choice", "instructions": task.instructions, "options": task.options,
+                                           "fingerprint": task.fingerprint()},
+        mode="text", calibrator="head", length_normalize=False, temperature=1.0, method="head",
+        head=HeadParams.from_calibrator(head), threshold=0.5, target_precision=0.9, confidence_level=0.95,
+        dataset_fingerprint="test", metrics={})
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    profile.save(profiles / f"{name}.json")
+    return profiles
+
+
+def profile_request(task, text: str, profile: str) -> dict:
+    return {"model": "m", "input": text, "llamadecide": {"profile": profile},
+            "questions": [{"type": "choice", "instructions": task.instructions,
+                           "choices": [{"value": v} for v in task.options]}]}
+
+
 @pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
 def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_probabilities(engine, tmp_path):
     from llamadecide.bench.server_process import ServerProcess
@@ -70,21 +91,10 @@ def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_prob
     assert head.lexical is not None and min(head.mix) >= 0.0
     # 24 items leave the fitted fusion weights to chance; fixed ones make both experts count here.
     head = replace(head, mix=(0.5, 1.0))
-    profile = CalibrationProfile(
-        name="agnews-head", created="2026-12-03T00:00:00+00:00", model_sha256=engine.model_sha256,
-        prompt_format="llamadecide-1", task={"type": "choice", "instructions": task.instructions, "options": task.options,
-                                             "fingerprint": task.fingerprint()},
-        mode="text", calibrator="head", length_normalize=False, temperature=1.0, method="head",
-        head=HeadParams.from_calibrator(head), threshold=0.5, target_precision=0.9, confidence_level=0.95,
-        dataset_fingerprint="test", metrics={})
-    profiles = tmp_path / "profiles"
-    profiles.mkdir()
-    profile.save(profiles / "head.json")
-    assert CalibrationProfile.load(profiles / "head.json").head.hidden_size == H.shape[1]
+    profiles = save_head_profile(tmp_path, engine, task, head, "agnews-head", "llamadecide-1")
+    assert CalibrationProfile.load(profiles / "agnews-head.json").head.hidden_size == H.shape[1]
     text = "Shares of the chip maker jumped after it raised its revenue forecast."
-    body = {"model": "m", "input": text, "llamadecide": {"profile": "agnews-head"},
-            "questions": [{"type": "choice", "instructions": task.instructions,
-                           "choices": [{"value": v} for v in task.options]}]}
+    body = profile_request(task, text, "agnews-head")
     engine.clear_cache()  # as the fresh server: the same KV layout
     served_scores = backend.score(text, question, hidden=True)
     expected = head.apply(np.array([served_scores.logprobs]), None, np.array([served_scores.hidden]), [text])[0]
@@ -110,23 +120,12 @@ def test_a_served_head_on_the_hidden_state_alone_scores_no_answer(engine, tmp_pa
     H = np.array([decider.hidden(item.text, question, layout="llamadecide-3") for item in items])
     y = np.array([task.gold_index(item.label) for item in items])
     head = fit_head(np.zeros((len(items), len(task.options))), H, y, C=0.05, features=HIDDEN_ONLY)
-    profile = CalibrationProfile(
-        name="agnews-hidden", created="2026-12-05T00:00:00+00:00", model_sha256=engine.model_sha256,
-        prompt_format="llamadecide-3", task={"type": "choice", "instructions": task.instructions, "options": task.options,
-                                             "fingerprint": task.fingerprint()},
-        mode="text", calibrator="head", length_normalize=False, temperature=1.0, method="head",
-        head=HeadParams.from_calibrator(head), threshold=0.5, target_precision=0.9, confidence_level=0.95,
-        dataset_fingerprint="test", metrics={})
-    profiles = tmp_path / "profiles"
-    profiles.mkdir()
-    profile.save(profiles / "hidden.json")
+    profiles = save_head_profile(tmp_path, engine, task, head, "agnews-hidden", "llamadecide-3")
     text = "Shares of the chip maker jumped after it raised its revenue forecast."
     engine.clear_cache()
     expected = head.apply(np.zeros((1, len(task.options))), None,
                           np.array([decider.hidden(text, question, layout="llamadecide-3")]))[0]
-    body = {"model": "m", "input": text, "llamadecide": {"profile": "agnews-hidden"},
-            "questions": [{"type": "choice", "instructions": task.instructions,
-                           "choices": [{"value": v} for v in task.options]}]}
+    body = profile_request(task, text, "agnews-hidden")
     with ServerProcess("--profiles-dir", str(profiles)) as server:
         response = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120)
         answer = response.json()["answers"][0]

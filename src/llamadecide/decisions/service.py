@@ -26,7 +26,6 @@ class ScoringEngine(Protocol):
     def render_chat(self, messages: Sequence[dict], *, add_generation_prompt: bool = True) -> str: ...
     def tokenize_prompt(self, text: str) -> list[int]: ...
     def tokenize_answers(self, prompt_text: str, answers: Sequence[str]) -> tuple[list[int], list[list[int]]]: ...
-    def score_continuations(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]]) -> list[np.ndarray]: ...
     def score_trie(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *, hidden: bool = False,
                    epsilon: float = 0.0) -> Any: ...
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray: ...
@@ -250,8 +249,7 @@ class Decider:
         for question, rule, variants, answers_scored in zip(questions, rules, per_question, scored_answers):
             if limits is not None:
                 limits.check_time()
-            if rule.demonstrations or rule.layout in QUESTION_FIRST_FORMATS:
-                self._pin_question_prefix(state_text, question, rule, variants[0][1].prompt_tokens)
+            self._pin_question_prefix(state_text, question, rule, variants[0][1].prompt_tokens)
             prompt = next(item.prompt_tokens for shift, item in variants if shift == 0)
             if not answers_scored:
                 lengths = variants[0][1].answer_lengths
@@ -286,9 +284,10 @@ class Decider:
     def _pin_question_prefix(self, state_text: str, question: Question, rule: Scoring, prompt_tokens: list[int]) -> None:
         """Ask the engine to keep the part of the prompt that is the same for every state evaluated
         (the question block in a question-first layout, demonstrations), so requests asking this
-        question share it even when other prompts run in between."""
+        question share it even when other prompts run in between. A state-first question without
+        demonstrations has no such part."""
         pin = getattr(self.engine, "pin_prefix", None)
-        if pin is None:
+        if pin is None or not (rule.demonstrations or rule.layout in QUESTION_FIRST_FORMATS):
             return
         exchanges = build_messages(state_text, question, _shown(question, rule.demonstrations, 0), rule.layout)[:-1]
         text = self.engine.render_chat(exchanges, add_generation_prompt=False)
@@ -346,8 +345,7 @@ class Decider:
         rule = Scoring(demonstrations=tuple(demonstrations), layout=check_layout(layout))
         state_text = render_state(state)
         item = self._tokenize(state_text, question, _shown(question, rule.demonstrations, 0), rule.layout)
-        if rule.demonstrations or rule.layout in QUESTION_FIRST_FORMATS:
-            self._pin_question_prefix(state_text, question, rule, item.prompt_tokens)
+        self._pin_question_prefix(state_text, question, rule, item.prompt_tokens)
         return self.engine.hidden_state(item.prompt_tokens)
 
     def content_free_scores(self, question: Question, *, rotations: int = 1, demonstrations: Sequence[Demonstration] = (),
