@@ -33,11 +33,12 @@ from rich.table import Table
 
 from llamadecide.bench.quality import DATASETS
 from llamadecide.calibration.data import load_task, read_labelled
+from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, cross_validated, fit_head
+from llamadecide.calibration.profile import HeadParams
 from llamadecide.calibration.run import choose_demonstrations, split
 from llamadecide.decisions import Decider, Scoring
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
-from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, cross_validated, fit_head
 from llamadecide.decisions.maths import HIDDEN_ONLY
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
 from llamadecide.decisions.service import Demonstration, Head
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
 
@@ -73,8 +74,7 @@ def fit_hidden_head(decider: Decider, question, rule: Scoring, texts: list[str],
     L = np.zeros((len(texts), len(question.options)))  # not read by this head
     best = min(HEAD_C_GRID, key=lambda C: cross_validated(
         L, None, y, Candidate("head", False, C=C, lexical=True, features=HIDDEN_ONLY), hidden=H, texts=texts)["nll"])
-    fitted = fit_head(L, H, y, C=best, texts=texts, features=HIDDEN_ONLY)
-    return Head(fitted.weights, fitted.intercept, fitted.lexical, fitted.mix, HIDDEN_ONLY)
+    return HeadParams.from_calibrator(fit_head(L, H, y, C=best, texts=texts, features=HIDDEN_ONLY)).build()
 
 
 def run_dataset(engine: Engine, name: str, args) -> list[dict]:
