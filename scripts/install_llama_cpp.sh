@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Build (once per CPU feature set) and install llama-cpp-python with safe CPU flags.
+# Build (once per CPU feature set) and install llama-cpp-python with safe CPU flags and one patch
+# (scripts/patch_llama_cpp.py: a switch that keeps ggml's CPU flash attention on its row kernel).
 # Usage: scripts/install_llama_cpp.sh [PYTHON] [extra CMake args, e.g. -DGGML_CUDA=on]
 # The wheel is kept in $LLAMADECIDE_WHEELHOUSE (default ~/.cache/llamadecide/wheels), keyed by
-# version, Python, architecture and CMake arguments, so a rebuild happens only when one changes.
+# version, Python, architecture, CMake arguments and the patch, so a rebuild happens only when one changes.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${1:-python3}"
@@ -10,14 +11,19 @@ shift || true
 version="0.3.36"
 cmake_args="$("$here/llama_cmake_args.sh" "$@")"
 pyver="$("$python" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"
-key="$(printf '%s|%s|%s|%s' "$version" "$pyver" "$(uname -m)" "$cmake_args" | sha256sum | cut -c1-16)"
+patch_sum="$(sha256sum "$here/patch_llama_cpp.py" | cut -c1-16)"
+key="$(printf '%s|%s|%s|%s|%s' "$version" "$pyver" "$(uname -m)" "$cmake_args" "$patch_sum" | sha256sum | cut -c1-16)"
 house="${LLAMADECIDE_WHEELHOUSE:-$HOME/.cache/llamadecide/wheels}/$key"
 if ! ls "$house"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   echo "building llama-cpp-python $version with CMAKE_ARGS='$cmake_args' (several minutes)" >&2
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  "$python" -m pip download --quiet --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$version"
+  tar -xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
+  "$python" "$here/patch_llama_cpp.py" "$work/llama_cpp_python-$version"
   mkdir -p "$house.tmp"
   CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-    "$python" -m pip wheel --quiet --no-deps --no-cache-dir --no-binary llama-cpp-python \
-    -w "$house.tmp" "llama-cpp-python==$version"
+    "$python" -m pip wheel --quiet --no-deps --no-cache-dir -w "$house.tmp" "$work/llama_cpp_python-$version"
   rm -rf "$house" && mv "$house.tmp" "$house"
 fi
 "$python" -m pip install --quiet --force-reinstall --no-deps "$house"/llama_cpp_python-*.whl

@@ -13,7 +13,7 @@ from llamadecide.calibration.data import TASKS_DIR, load_task
 from llamadecide.decisions import Decider, Scoring, choice
 from llamadecide.decisions import maths
 from llamadecide.decisions.prompt import build_messages
-from llamadecide.decisions.service import Head
+from llamadecide.decisions.rules import Head
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
 
 from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY

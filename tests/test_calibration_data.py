@@ -86,3 +86,14 @@ def test_compare_skips_a_torn_last_line_and_names_a_bad_line_elsewhere(tmp_path,
     broken.write_text("\n".join([lines[0], lines[1][:30], lines[2]]) + "\n")
     with pytest.raises(InvalidRequestError, match=r"broken.jsonl, line 2: not a JSON record"):
         read_records(broken)
+
+
+def test_task_options_named_yes_no_on_off_stay_text(tmp_path):
+    """YAML 1.1 reads yes/no/on/off as booleans; an intent set with intents of those names keeps them as words."""
+    path = tmp_path / "intents.yaml"
+    path.write_text("type: choice\ninstructions: Which intent?\noptions: [yes, no, on, off, other]\n"
+                    "labels: {affirm: yes, deny: no}\n")
+    task = load_task(path)
+    assert task.options == ["yes", "no", "on", "off", "other"]
+    assert task.gold_index("affirm") == 0 and task.gold_index("deny") == 1 and task.gold_index("on") == 2
+    assert [o.value for o in task.question().options] == ["yes", "no", "on", "off", "other"]

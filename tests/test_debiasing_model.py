@@ -7,7 +7,8 @@ import pytest
 
 from llamadecide.decisions import Decider, Scoring, choice, predicate, score
 from llamadecide.decisions import maths
-from llamadecide.decisions.service import Demonstration, Head, rotate
+from llamadecide.decisions.rotations import rotate
+from llamadecide.decisions.rules import Demonstration, Head
 from llamadecide.errors import InvalidRequestError
 
 from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY

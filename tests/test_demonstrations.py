@@ -13,7 +13,9 @@ from llamadecide.calibration.backends import ItemScores
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.decisions import Decider, Scoring, choice, predicate
 from llamadecide.decisions.prompt import build_messages
-from llamadecide.decisions.service import Demonstration, _shown, rotate
+from llamadecide.decisions.rotations import rotate
+from llamadecide.decisions.rotations import shown as _shown
+from llamadecide.decisions.rules import Demonstration
 from llamadecide.errors import InvalidRequestError
 
 from test_scoring_model import LAYOUT_NOISE

@@ -125,11 +125,33 @@ def test_pins_are_bounded_and_give_way_to_a_prompt_that_needs_the_room():
         prefixes = [chat(small, f"Example {i}. " * 10) for i in range(3)]
         for prefix in prefixes:
             assert small.pin_prefix(prefix)
-        assert [list(p) for p in small._pins] == prefixes[1:]  # the least recently used gave way
-        assert not small.pin_prefix(chat(small, "long " * 300))  # more than half the context: not pinned
+        assert [list(p) for p in small.pinned] == prefixes[1:]  # the least recently used gave way
+        assert not small.pin_prefix(chat(small, "long " * 600))  # cannot fit the context: not pinned
         long_prompt = chat(small, "word " * 380)
         assert len(long_prompt) + sum(len(p) for p in prefixes[1:]) > small.n_ctx
         small.score_continuations(long_prompt, [small.tokenize(" yes", special=False)])
-        assert not small._pins  # released to make room, and the call succeeded
+        assert len(small.pinned) < 2  # as many as needed gave way, least recently used first, and the call succeeded
+    finally:
+        small.close()
+
+
+def test_a_near_limit_prefix_is_pinned_beside_a_long_cached_prompt():
+    """Sequence 0 holds a long prompt; a prefix of most of the context is pinned next to it: the
+    prompt's cells give way first, and nothing fails for lack of room."""
+    from conftest import bundled_model_path
+
+    small = Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=1024))
+    try:
+        cached = chat(small, "cached " * 500)
+        answers = [small.tokenize(" yes", special=False), small.tokenize(" no", special=False)]
+        small.score_continuations(cached, answers)
+        pinned = chat(small, "pinned " * 470)[:-4]
+        assert len(cached) + len(pinned) > small.n_ctx
+        assert small.pin_prefix(pinned)
+        prompt = pinned + chat(small, "Is it?")[1:]
+        scores = small.score_continuations(prompt, answers)
+        assert small.last_reused_tokens == len(pinned)
+        small.clear_cache()
+        assert [list(v) for v in small.score_continuations(prompt, answers)] == [list(v) for v in scores]
     finally:
         small.close()

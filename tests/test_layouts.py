@@ -10,7 +10,7 @@ import pytest
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.decisions import Decider, Scoring, choice, predicate
 from llamadecide.decisions.prompt import INPUT_LAST, PROMPT_FORMAT_VERSION, QUESTION_FIRST, build_messages
-from llamadecide.decisions.service import Demonstration
+from llamadecide.decisions.rules import Demonstration
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
 from llamadecide.errors import ContextOverflowError, InvalidRequestError, ProfileMismatchError
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from llamadecide.engine.llama_engine import EngineConfig
+from llamadecide.engine.config import EngineConfig
 from llamadecide.engine.model_files import resolve_model_path
 
 log = logging.getLogger(__name__)
@@ -130,11 +130,12 @@ class Settings(BaseSettings):
     n_gpu_layers: int = Field(0, ge=-1, description="Layers offloaded to the GPU: 0 CPU only, -1 all")
     n_seq_max: int = Field(0, ge=0, description="KV sequences (options scored at once); 0: llama.cpp's maximum")
     pinned_prefixes: int = Field(8, ge=0, description="Question prefixes (question-first layout, demonstrations) kept evaluated across requests; each is one KV sequence fewer for options")
-    pinned_cells: int = Field(0, ge=0, description="Most KV cells the pinned prefixes hold together (0: half of n_ctx); a longer prefix is evaluated per request")
+    pinned_cells: int = Field(0, ge=0, description="Most KV cells the pinned prefixes hold together (0: no cap; pins give way, least recently used first, to requests that need the room)")
     call_cost_rows: int = Field(64, ge=1, description="Answer tries with at least this many nodes may be expanded best-first under answer_epsilon (smaller ones cost less in one pass)")
     answer_epsilon: float = Field(0.0, ge=0.0, lt=1.0, description="Bound on the probability error of an uncalibrated answer with many options, expanded best-first (reported per answer as probability_bound); 0: always exact")
     seed: int = Field(0, description="Sampling seed")
-    flash_attn: bool = Field(False, description="Use flash attention")
+    flash_attn: bool = Field(True, description="Use flash attention (off: answers depend on where their KV cells lie)")
+    deterministic: bool = Field(True, description="Score in llama.cpp call shapes whose numbers depend neither on batch-mates nor on server history (off: calls up to n_batch rows, faster on long prompts with a stock llama.cpp, answers move by its kernel noise)")
     no_mmap: bool = Field(False, description="Read the model into memory instead of mapping it")
     repack: bool = Field(False, description="Use llama.cpp's repacked CPU weight layouts (batch-size-dependent numerics)")
     chat_template_file: Path | None = Field(None, description="Jinja chat template overriding the GGUF's")
@@ -195,6 +196,7 @@ class Settings(BaseSettings):
             call_cost_rows=self.call_cost_rows,
             seed=self.seed,
             flash_attn=self.flash_attn,
+            deterministic=self.deterministic,
             use_mmap=not self.no_mmap,
             repack=self.repack,
             chat_template=template,

@@ -7,9 +7,10 @@
 
     python -m llamadecide.bench.exactness [--model PATH]
 
-"shifted - naive" is llama.cpp's own sensitivity to KV layout (8-bit activations inside matmuls,
-f16 KV cache); "naive - exact" is its distance from exact arithmetic. The batched path is judged
-against those two figures, not against zero.
+"shifted - naive" is llama.cpp's sensitivity to KV layout, and "batched - naive" to batch
+composition: both 0 in the engine's deterministic call shapes (`engine/batches.py`), nonzero with
+`deterministic` off. "naive - exact" is llama.cpp's distance from exact arithmetic (8-bit
+activations inside matmuls, f16 KV cache).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from rich.table import Table
 from llamadecide.bench.reference import ReferenceModel
 from llamadecide.decisions import Decider, choice, predicate
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
+from llamadecide.engine.batches import Rows
+from llamadecide.engine.kv_cache import PROMPT
 
 TICKET = "I was charged twice for my subscription this month and I want a refund for the second payment."
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
@@ -46,12 +49,17 @@ def questions() -> list[tuple[str, object]]:
 def shifted_naive(engine: Engine, tokens: list[int], start: int) -> np.ndarray:
     """From-scratch evaluation with one unrelated cell in front (another sequence, masked)."""
     with engine._lock:
-        engine._reset_cache()
-        engine._decode([tokens[0]], [0], [(engine.n_seq_max - 1,)], [False])
-        engine._decode(tokens, range(len(tokens)), [(0,)] * len(tokens), [True] * len(tokens))
-        out = np.array([engine._logprobs_row(p - 1)[tokens[p]] for p in range(start, len(tokens))])
-        engine._reset_cache()
-    return out
+        kv = engine._kv
+        kv.clear()
+        kv.fill(tokens[:1], 0, engine.n_seq_max - 2)
+        rows = Rows()
+        rows.extend(tokens, 0, (PROMPT,))
+        reads = {p - 1: (tokens[p],) for p in range(start, len(tokens))}
+        for p in reads:
+            rows.outputs[p] = True
+        found, _ = kv.run(rows, reads)
+        kv.clear()
+    return np.array([found[p - 1][tokens[p]] for p in range(start, len(tokens))])
 
 
 def main(argv: list[str] | None = None) -> int:

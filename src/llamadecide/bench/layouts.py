@@ -39,7 +39,7 @@ from llamadecide.calibration.run import choose_demonstrations, split
 from llamadecide.decisions import Decider, Scoring
 from llamadecide.decisions.maths import HIDDEN_ONLY
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
-from llamadecide.decisions.service import Demonstration, Head
+from llamadecide.decisions.rules import Demonstration, Head
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
 
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from llamadecide.decisions import Decider, Question
-from llamadecide.decisions.service import Demonstration
+from llamadecide.decisions.rules import Demonstration
 from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.errors import LlamaDecideError
@@ -164,7 +164,7 @@ class SageMakerBackend(_RemoteBackend):
     def __init__(self, endpoint: str, region: str | None = None, client: Any = None) -> None:
         super().__init__()
         if client is None:
-            from llamadecide.sagemaker.deploy import import_boto3
+            from llamadecide.aws import import_boto3
 
             client = import_boto3().client("sagemaker-runtime", region_name=region)
         self.endpoint = endpoint

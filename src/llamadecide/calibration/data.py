@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -108,6 +109,23 @@ class Task:
                                          default=str).encode()).hexdigest()[:16]
 
 
+class _TaskLoader(yaml.SafeLoader):
+    """YAML as version 1.2 reads it: only true and false are booleans. (YAML 1.1, PyYAML's default,
+    also reads yes, no, on and off as booleans, and intent sets have intents named "yes" and "no".)"""
+
+
+_TaskLoader.yaml_implicit_resolvers = {
+    first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_TaskLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                  list("tTfF"))
+
+
+def _as_text(value: Any) -> Any:
+    """A choice or score option (or the option a label maps to) as text: `true` stays the word."""
+    return str(value).lower() if isinstance(value, bool) else value
+
+
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"  # the task files shipped in the package
 
 
@@ -131,7 +149,7 @@ def load_task(path: str | Path) -> Task:
     """A task from a file, or by the name of a packaged task."""
     path = task_path(path)
     text = Path(path).read_text(encoding="utf-8")
-    data = yaml.safe_load(text) if Path(path).suffix.lower() in (".yaml", ".yml") else json.loads(text)
+    data = yaml.load(text, Loader=_TaskLoader) if Path(path).suffix.lower() in (".yaml", ".yml") else json.loads(text)
     if not isinstance(data, dict):
         raise InvalidRequestError(f"{path}: a task file holds a mapping")
     kind = data.get("type", "choice")
@@ -147,13 +165,13 @@ def load_task(path: str | Path) -> Task:
         options, descriptions = [], []
         for entry in raw:
             if isinstance(entry, dict):
-                options.append(entry.get("value", entry.get("label")))
+                options.append(_as_text(entry.get("value", entry.get("label"))))
                 descriptions.append(entry.get("description"))
             else:
-                options.append(entry)
+                options.append(_as_text(entry))
                 descriptions.append(None)
         if len(options) < 2:
             raise InvalidRequestError(f"{path}: a {kind} task needs at least 2 options")
-    labels = {str(k): v for k, v in (data.get("labels") or {}).items()}
+    labels = {str(k): v if kind == "predicate" else _as_text(v) for k, v in (data.get("labels") or {}).items()}
     return Task(name=data.get("name") or Path(path).stem, type=kind, instructions=data["instructions"], options=options,
                 descriptions=descriptions, labels=labels, mode=data.get("mode"))

@@ -69,7 +69,7 @@ class HeadParams(BaseModel):
         """The decisions library's Head."""
         import numpy as np
 
-        from llamadecide.decisions.service import Head
+        from llamadecide.decisions.rules import Head
 
         if self.lexical is None:
             return Head(np.asarray(self.weights), np.asarray(self.intercept), features=self.features)
@@ -146,7 +146,7 @@ class CalibrationProfile(BaseModel):
         """The decisions library's Scoring for this profile (built once)."""
         if self._scoring is None:
             from llamadecide.decisions import Scoring
-            from llamadecide.decisions.service import Demonstration
+            from llamadecide.decisions.rules import Demonstration
 
             head = self.head.build() if self.head else None
             self._scoring = Scoring(temperature=self.temperature, length_normalize=self.length_normalize,

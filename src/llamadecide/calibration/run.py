@@ -25,7 +25,7 @@ from llamadecide.calibration.thresholds import (conformal_quantile, conformal_re
                                                 select_threshold)
 from llamadecide.decisions.maths import confidence
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, PROMPT_FORMATS, QUESTION_FIRST_FORMATS
-from llamadecide.decisions.service import Demonstration
+from llamadecide.decisions.rules import Demonstration
 from llamadecide.errors import InvalidRequestError
 
 

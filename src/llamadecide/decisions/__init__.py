@@ -1,14 +1,20 @@
-"""Decisions: question types, the versioned prompt format, exact option scoring."""
+"""Decisions: question types, the versioned prompt formats, exact option scoring."""
 
+from llamadecide.decisions.answers import Answer, Decision, OptionScore
+from llamadecide.decisions.decider import Decider
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.questions import Option, Question, choice, predicate, score
-from llamadecide.decisions.service import Answer, Decider, Decision, OptionScore, Scoring
+from llamadecide.decisions.rules import Demonstration, Head, Scoring
+from llamadecide.decisions.work import Limits
 
 __all__ = [
     "PROMPT_FORMAT_VERSION",
     "Answer",
     "Decider",
     "Decision",
+    "Demonstration",
+    "Head",
+    "Limits",
     "Option",
     "OptionScore",
     "Question",

@@ -1,24 +1,36 @@
-"""The llama.cpp engine: load a GGUF, render its chat template, generate, score continuations."""
+"""The llama.cpp engine: load a GGUF, render its chat template, generate, score continuations.
+
+The public names load llama.cpp on first use, so the engine's pure modules (`config`, `trie`) can
+be imported without it."""
 
 import os
+from importlib import import_module
 
 # llama.cpp's CPU backend runs on OpenMP, whose default ACTIVE waiting spins idle threads: two
 # processes sharing cores (a server beside a benchmark, tests beside a build) then slow each other
 # down many times over. PASSIVE threads sleep instead; it must be set before libgomp loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Flash attention on its row kernel at any batch size, where the loaded llama.cpp has the switch
+# (engine/batches.py, scripts/patch_llama_cpp.py); read by ggml at its first flash-attention call.
+os.environ.setdefault("GGML_CPU_FA_ROW_KERNEL", "1")
 
-from llamadecide.engine.generation import SamplingParams, json_grammar
-from llamadecide.engine.llama_engine import Engine, EngineConfig, GenerationResult, TokenEvent
-from llamadecide.engine.model_files import bundled_model_path, file_sha256, resolve_model_path
+_EXPORTS = {
+    "Engine": "llamadecide.engine.llama_engine",
+    "EngineConfig": "llamadecide.engine.config",
+    "GenerationResult": "llamadecide.engine.config",
+    "TokenEvent": "llamadecide.engine.config",
+    "TrieScores": "llamadecide.engine.config",
+    "SamplingParams": "llamadecide.engine.generation",
+    "json_grammar": "llamadecide.engine.generation",
+    "bundled_model_path": "llamadecide.engine.model_files",
+    "file_sha256": "llamadecide.engine.model_files",
+    "resolve_model_path": "llamadecide.engine.model_files",
+}
 
-__all__ = [
-    "Engine",
-    "EngineConfig",
-    "GenerationResult",
-    "SamplingParams",
-    "TokenEvent",
-    "bundled_model_path",
-    "file_sha256",
-    "json_grammar",
-    "resolve_model_path",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

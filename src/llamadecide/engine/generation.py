@@ -1,17 +1,18 @@
-"""Sampling settings, the llama.cpp sampler chain, and turning a token stream into text with
-stop strings (no partial UTF-8 characters, no stop string ever emitted)."""
+"""Generation: sampling settings, the llama.cpp sampler chain, the token loop, and turning a
+token stream into text with stop strings (no partial UTF-8 characters, no stop string ever emitted)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
-
 import json
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 from llama_cpp import _internals as internals
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
 
+from llamadecide.engine.config import GenerationResult, TokenEvent
+from llamadecide.engine.kv_cache import KVCache
 from llamadecide.errors import InvalidRequestError
 
 
@@ -114,3 +115,41 @@ class TextAssembler:
                     best = max(best, n)
                     break
         return best
+
+
+def generate_tokens(kv: KVCache, decoder_ctx: internals.LlamaContext, model: internals.LlamaModel, prompt: list[int],
+                    params: SamplingParams, *, default_seed: int, is_end: Callable[[int], bool]
+                    ) -> Iterator[TokenEvent | GenerationResult]:
+    """Stream tokens for a prompt; the last item is a GenerationResult. The prompt but its last
+    token is evaluated in the engine's deterministic call shapes (reusable by later scoring), the
+    rest one token per call."""
+    reused = kv.prefill(prompt[:-1], extra=1 + min(params.max_tokens, kv.n_ctx - len(prompt)))
+    kv.decode_next(prompt[-1])
+    sampler = build_sampler(model, params, default_seed)
+    assembler = TextAssembler(params.stop)
+    produced = 0
+    finish = "length"
+    try:
+        while produced < params.max_tokens and kv.free > 0:
+            row = kv.decoder.logprobs(-1) if (params.logprobs or params.top_logprobs) else None
+            token = sampler.sample(decoder_ctx, -1)
+            if is_end(token):
+                finish = "stop"
+                break
+            produced += 1
+            text = assembler.feed(model.detokenize([token], special=False))
+            top: tuple[tuple[int, float], ...] = ()
+            if row is not None and params.top_logprobs:
+                best = np.argpartition(-row, params.top_logprobs)[: params.top_logprobs]
+                top = tuple((int(t), float(row[t])) for t in best[np.argsort(-row[best])])
+            yield TokenEvent(token, text, float(row[token]) if row is not None else None, top)
+            if assembler.stopped:
+                finish = "stop"
+                break
+            kv.decode_next(token)
+        tail = assembler.flush()
+        if tail:
+            yield TokenEvent(-1, tail, None, ())
+        yield GenerationResult(finish, len(prompt), produced, reused)
+    finally:
+        sampler.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 
 @dataclass
 class TrieNode:
@@ -98,3 +100,49 @@ def _insert(trie: dict, tokens: Sequence[int]) -> None:
     level = trie
     for token in tokens:
         level = level.setdefault(token, {})
+
+
+def trie_rows(continuations: Sequence[Sequence[int]]) -> int:
+    """Batch rows (and KV cells) a trie evaluation of these continuations needs: its inner nodes,
+    root included. A leaf, a continuation's last token, is never evaluated: nothing reads its
+    output or attends to it."""
+    prefixes = {tuple(tokens[:i]) for tokens in continuations for i in range(len(tokens))}
+    return max(len(prefixes), 1)
+
+
+def gather(nodes: Sequence[TrieNode], continuations: Sequence[Sequence[int]],
+           expanded: dict[int, dict[int, float]]) -> list[np.ndarray]:
+    """Each continuation's token log-probabilities from the expanded nodes (NaN where the node
+    predicting a token was not expanded)."""
+    out = []
+    for path, tokens in zip(continuation_paths(nodes, continuations), continuations):
+        out.append(np.array([expanded[p][tok] if p in expanded else np.nan for p, tok in zip(path, tokens)]))
+    return out
+
+
+def frontier(nodes: Sequence[TrieNode], expanded: dict[int, dict[int, float]]) -> tuple[list[tuple[int, float]], float]:
+    """The unexpanded nodes with children whose parent is expanded, with their prefix probability;
+    and the total probability of the continuations that are complete (leaves under expanded nodes)."""
+    logmass = {0: 0.0}
+    found: list[tuple[int, float]] = []
+    complete = 0.0
+    for index, node in enumerate(nodes):  # parents come before children
+        if index not in logmass:
+            continue
+        if index != 0 and not node.children:
+            complete += float(np.exp(logmass[index]))
+        elif index in expanded:
+            for token, child in node.children.items():
+                logmass[child] = logmass[index] + expanded[index][token]
+        else:
+            found.append((index, float(np.exp(logmass[index]))))
+    return found, complete
+
+
+def subtree(nodes: Sequence[TrieNode], start: int) -> list[int]:
+    found, stack = [], [start]
+    while stack:
+        index = stack.pop()
+        found.append(index)
+        stack.extend(nodes[index].children.values())
+    return found

@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from llamadecide.errors import LlamaDecideError
+from llamadecide.aws import AWSError, import_boto3
 
 log = logging.getLogger(__name__)
 
 
-class DeployError(LlamaDecideError):
-    """A deployment step failed; the message says which and what to do."""
+DeployError = AWSError  # a deployment step failed; the message says which and what to do
 
 
 @dataclass(frozen=True)
@@ -65,15 +64,6 @@ def container_environment(*, n_ctx: int | None = None, n_gpu_layers: int | None 
         env["SM_LLAMA_CPP_THREADS"] = str(threads)
     env.update(extra or {})
     return env
-
-
-def import_boto3():
-    """boto3, or a one-line error naming the extra that installs it."""
-    try:
-        import boto3
-    except ImportError:
-        raise DeployError("the AWS commands need boto3: pip install 'llamadecide[aws]'") from None
-    return boto3
 
 
 class Deployer:

@@ -22,6 +22,7 @@ from llamadecide.server.metrics import Metrics, MetricsMiddleware
 from llamadecide.server.middleware import BodyMiddleware
 from llamadecide.server.problog import ProbabilityLog
 from llamadecide.server.routes import router
+from llamadecide.server.sagemaker_routes import router as sagemaker_router
 from llamadecide.server.scheduler import EngineScheduler
 from llamadecide.settings import Settings
 
@@ -121,8 +122,6 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     install_error_handlers(app)
 
     app.include_router(router, dependencies=[Depends(check_key)])
-    from llamadecide.sagemaker.routes import router as sagemaker_router  # reuses this module's handlers
-
     app.include_router(sagemaker_router, dependencies=[Depends(check_key)])
     # Added last runs first: metrics see every response, the body limit's 413s included.
     app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from llamadecide.decisions import PROMPT_FORMAT_VERSION, Answer, Decider, Decision, Question, Scoring, choice, predicate, score
-from llamadecide.decisions.service import Limits
+from llamadecide.decisions.work import Limits
 from llamadecide.errors import InvalidRequestError, UnsupportedError
 from llamadecide.server.protocol import decisions as oa
 from llamadecide.server.protocol import systemone as so

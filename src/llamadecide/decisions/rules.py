@@ -1,0 +1,123 @@
+"""The scoring rules a question is asked under (what a calibration profile fixes), and the one
+place that decides how a question is evaluated: exactly, with a bound on its answers, or its
+hidden state alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Sequence
+
+import numpy as np
+
+from llamadecide.decisions import maths
+from llamadecide.decisions.lexical import LexicalModel
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS, check_layout
+from llamadecide.errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class Head:
+    """A fitted multinomial logistic head over `maths.head_features` (standardisation folded in),
+    optionally fused with a lexical expert on the input text: softmax(a log p_head + b log p_lexical),
+    `mix` = (a, b)."""
+
+    weights: np.ndarray = field(compare=False)  # K x (K + hidden size), or K x hidden size (`hidden-1`)
+    intercept: np.ndarray = field(compare=False)  # K
+    lexical: LexicalModel | None = field(default=None, compare=False)
+    mix: tuple[float, float] = (1.0, 0.0)
+    features: str = maths.LOGLIK_HIDDEN
+
+    @property
+    def reads_logprobs(self) -> bool:
+        """False for a head on the hidden state alone: its questions' answers are never scored."""
+        return self.features != maths.HIDDEN_ONLY
+
+    def probabilities(self, logprobs: Sequence[float] | None, hidden: np.ndarray, text: str | None = None) -> np.ndarray:
+        features = maths.head_features(None if logprobs is None else np.asarray(logprobs), hidden, self.features)
+        if features.shape[-1] != self.weights.shape[1]:
+            raise InvalidRequestError(
+                f"the calibration head reads {self.weights.shape[1]} features, this model gives {features.shape[-1]}; "
+                "it was fitted for another model", param="calibration")
+        P = maths.head_probabilities(features, self.weights, self.intercept)
+        if self.lexical is None:
+            return P
+        if text is None:
+            raise ValueError("a head with a lexical expert needs the input text")
+        return self.lexical.fuse(P[None, :], [text], self.mix)[0]
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """A labelled example shown to the model before the question (k-shot): an input and the index
+    of its option in the question's own option order."""
+
+    input: str
+    option: int
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How a question is scored and its log-likelihoods become probabilities. Calibration fits
+    these per task.
+
+    rotations > 1 asks the question that many times with the option list cyclically rotated
+    (evenly spaced shifts), every rotation sharing the state's evaluated prefix in the same batch,
+    and averages each option's log-likelihood over them: position bias cancels out.
+    prior_correction divides out the model's answer distribution on content-free inputs; `prior`
+    fixes that distribution (a calibration profile stores the one it was fitted with, so serving
+    does not recompute it).
+    A head replaces the softmax by a fitted classifier over the log-likelihoods and hidden state.
+    demonstrations are answered examples put before the question (see `prompt.build_messages`).
+    layout is the prompt format the question is asked in (`prompt.PROMPT_FORMATS`): it belongs to
+    the question (its profile), never to one request, so an answer does not depend on what else
+    was asked."""
+
+    temperature: float = 1.0
+    length_normalize: bool = False
+    bias: tuple[float, ...] | None = None
+    prior_correction: bool = False
+    prior: tuple[float, ...] | None = None  # the content-free log prior to subtract (else computed)
+    rotations: int = 1
+    head: Head | None = None
+    demonstrations: tuple[Demonstration, ...] = ()
+    layout: str = PROMPT_FORMAT_VERSION
+
+    @property
+    def pins_prefix(self) -> bool:
+        """Whether every prompt of this rule starts with a part that is the same for every state (the
+        question block of a question-first layout, demonstrations), which the engine keeps evaluated."""
+        return bool(self.demonstrations) or self.layout in QUESTION_FIRST_FORMATS
+
+    def check(self) -> None:
+        if check_layout(self.layout) in QUESTION_FIRST_FORMATS and self.rotations > 1:
+            raise InvalidRequestError(f"rotations need the state-first prompt format {PROMPT_FORMAT_VERSION!r}: "
+                                      f"in {self.layout!r} each rotation would be a question prefix of its own",
+                                      param="rotations")
+
+
+class Evaluation(Enum):
+    EXACT = "exact"  # every answer scored exactly
+    BOUNDED = "bounded"  # a large answer trie may be expanded best-first, within a stated bound
+    HIDDEN_ONLY = "hidden state"  # no answer scored: the head reads the hidden state alone
+
+
+def evaluation(rule: Scoring, epsilon: float) -> Evaluation:
+    """How a question under `rule` is evaluated when the server allows answers within `epsilon`
+    of exact. A bound on the unexpanded answers' total probability carries over only to
+    probabilities that are the softmax of the raw log-likelihoods: a head reads every option's
+    exact log-likelihood; a prior, bias, temperature or length normalisation reweights them one by
+    one; rotations average them."""
+    if rule.head is not None and not rule.head.reads_logprobs:
+        return Evaluation.HIDDEN_ONLY
+    plain = (rule.head is None and not rule.prior_correction and rule.bias is None and rule.temperature == 1.0
+             and not rule.length_normalize and rule.rotations == 1)
+    return Evaluation.BOUNDED if plain and epsilon > 0 else Evaluation.EXACT
+
+
+def per_question(scoring: Sequence[Scoring | None] | Scoring | None, count: int) -> list[Scoring]:
+    if scoring is None or isinstance(scoring, Scoring):
+        return [scoring or Scoring()] * count
+    if len(scoring) != count:
+        raise ValueError("one scoring rule per question is required")
+    return [s or Scoring() for s in scoring]

@@ -1,0 +1,180 @@
+"""Raw batches in, outputs out: the only code that calls `llama_decode`, and the call shapes that
+keep a row's numbers its own.
+
+On the CPU backend a row's numbers depend on which kernels its call takes, and ggml picks them by
+the call's size: K-quant matrix products switch to a tiled kernel from 8 rows (another summation
+order below that), and flash attention to a tiled kernel from 64 query rows, which groups KV cells
+by their absolute index (below 64 rows, a row kernel visits the row's own cells in cache order).
+So a deterministic engine evaluates in calls of at least 8 rows, with at least 8 output rows
+whenever any row has an output (the last layer and the vocabulary projection run on output rows
+only), and of at most 63 rows, unless the llama.cpp it loads can keep flash attention on the row
+kernel (`GGML_CPU_FA_ROW_KERNEL`, the one patch `scripts/install_llama_cpp.sh` applies): then a call
+may hold a whole ubatch. Either way a row's numbers depend only on its own tokens and positions
+and on the cells it attends to, taken in cache order, not on its batch-mates nor on where its cells
+lie (`KVCache` keeps every sequence's cells in position order): the same prompt alone, beside other
+prompts, in other chunks or after unrelated cells gives bit-identical log-probabilities
+(`tests/test_determinism.py`, `python -m llamadecide.bench.exactness`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import llama_cpp
+import numpy as np
+
+MIN_CALL_ROWS = 8  # ggml's tiled K-quant matmul takes over from 8 rows
+MAX_CALL_ROWS = 63  # ggml's tiled flash attention takes over from 64 query rows
+FA_ROW_KERNEL = "GGML_CPU_FA_ROW_KERNEL"  # scripts/patch_llama_cpp.py: flash attention's row kernel at any size
+
+
+@lru_cache(maxsize=1)
+def _library_has_row_kernel_switch() -> bool:
+    directory = Path(llama_cpp.__file__).parent / "lib"
+    needle = FA_ROW_KERNEL.encode()
+    return any(needle in path.read_bytes() for path in directory.glob("*ggml*") if path.is_file())
+
+
+def max_call_rows(n_ubatch: int) -> int:
+    """The most rows a deterministic call may hold: a ubatch when flash attention stays on its row
+    kernel at any size, else under the 64 rows where ggml switches to its tiled kernel."""
+    if os.environ.get(FA_ROW_KERNEL) == "1" and _library_has_row_kernel_switch():
+        return max(MIN_CALL_ROWS, n_ubatch)
+    return min(MAX_CALL_ROWS, max(MIN_CALL_ROWS, n_ubatch))
+
+
+@dataclass
+class Rows:
+    """Batch rows in evaluation order: a token at a position, the KV sequences it belongs to, and
+    whether its output (logits, and hidden state when asked) is read."""
+
+    tokens: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    seq_ids: list[Sequence[int]] = field(default_factory=list)
+    outputs: list[bool] = field(default_factory=list)
+
+    def add(self, token: int, position: int, seq_ids: Sequence[int], output: bool = False) -> int:
+        self.tokens.append(token)
+        self.positions.append(position)
+        self.seq_ids.append(seq_ids)
+        self.outputs.append(output)
+        return len(self.tokens) - 1
+
+    def extend(self, tokens: Sequence[int], start: int, seq_ids: Sequence[int]) -> None:
+        """Consecutive tokens of one prompt from position `start`, no outputs."""
+        for offset, token in enumerate(tokens):
+            self.add(token, start + offset, seq_ids)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One llama_decode call: rows [start, end), then `padding` scratch rows (every row's matmuls
+    run on the call's row count), and outputs forced on rows nothing reads so that a call with any
+    output has at least MIN_CALL_ROWS output rows (the scratch rows' outputs count towards them)."""
+
+    start: int
+    end: int
+    padding: int = 0
+    extra_outputs: tuple[int, ...] = ()
+
+
+def plan_calls(outputs: Sequence[bool], *, deterministic: bool, limit: int) -> list[Call]:
+    """Split rows into calls of at most `limit` rows, as even as possible; deterministic calls hold
+    at least MIN_CALL_ROWS rows (work under the minimum is padded with scratch rows)."""
+    n = len(outputs)
+    if n == 0:
+        return []
+    count = -(-n // limit)
+    base, extra = divmod(n, count)
+    calls, start = [], 0
+    for index in range(count):
+        end = start + base + (1 if index < extra else 0)
+        padding, forced = 0, ()
+        if deterministic:
+            padding = max(0, MIN_CALL_ROWS - (end - start))
+            wanted = sum(outputs[start:end])
+            if 0 < wanted < MIN_CALL_ROWS - padding:
+                spare = [i for i in range(start, end) if not outputs[i]]
+                forced = tuple(spare[: MIN_CALL_ROWS - padding - wanted])
+        calls.append(Call(start, end, padding, forced))
+        start = end
+    return calls
+
+
+def log_softmax(row: np.ndarray) -> np.ndarray:
+    row = row.astype(np.float64, copy=False)
+    peak = row.max()
+    return row - (peak + np.log(np.exp(row - peak).sum()))
+
+
+class Decoder:
+    """A llama_batch of n_batch rows over one context; counts calls and rows."""
+
+    def __init__(self, ctx, model, n_batch: int, n_seq_max: int) -> None:
+        self._ctx = ctx
+        self.n_batch = n_batch
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+        self.n_embd = llama_cpp.llama_model_n_embd(model)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, n_seq_max)
+        # Work done since load: llama_decode calls and the batch rows they evaluated for callers;
+        # apart, the scratch rows added to keep call shapes deterministic.
+        self.counters = {"decode_calls": 0, "rows": 0}
+        self.padding_rows = 0
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+
+    def decode(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]],
+               outputs: Sequence[bool], *, padding: int = 0, hidden: bool = False) -> None:
+        """One llama_decode call (at most n_batch rows). The last `padding` rows are scratch rows,
+        counted apart. With `hidden`, every row's hidden state is computed too (llama.cpp then
+        computes every row's output). Raises RuntimeError when llama.cpp refuses the batch; the
+        caller must then treat the KV cache as unknown."""
+        batch = self._batch
+        n = len(tokens)
+        batch.n_tokens = n
+        for i in range(n):
+            batch.token[i] = tokens[i]
+            batch.pos[i] = positions[i]
+            ids = seq_ids[i]
+            batch.n_seq_id[i] = len(ids)
+            row = batch.seq_id[i]
+            for j, s in enumerate(ids):
+                row[j] = s
+            batch.logits[i] = outputs[i]
+        self.counters["decode_calls"] += 1
+        self.counters["rows"] += n - padding
+        self.padding_rows += padding
+        if hidden:
+            llama_cpp.llama_set_embeddings(self._ctx, True)
+        try:
+            code = llama_cpp.llama_decode(self._ctx, batch)
+        finally:
+            if hidden:
+                llama_cpp.llama_set_embeddings(self._ctx, False)
+        if code != 0:
+            raise RuntimeError(f"llama_decode failed with code {code}")
+
+    def logprobs(self, batch_index: int) -> np.ndarray:
+        """Log-softmax of a row's logits from the last call (-1: its last output row)."""
+        pointer = llama_cpp.llama_get_logits_ith(self._ctx, batch_index)
+        row = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(self.n_vocab,))
+        return log_softmax(row)
+
+    def hidden(self, batch_index: int) -> np.ndarray:
+        """A row's final hidden state (after the output norm) from the last call made with `hidden`."""
+        pointer = llama_cpp.llama_get_embeddings_ith(self._ctx, batch_index)
+        if not pointer:
+            raise RuntimeError("llama.cpp returned no hidden state for this model")
+        values = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(self.n_embd,))
+        return values.astype(np.float64)

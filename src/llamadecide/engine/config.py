@@ -1,0 +1,87 @@
+"""The engine's settings and the values it returns (no llama.cpp here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_path: Path
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    n_gpu_layers: int = 0  # 0: CPU only; -1: every layer on the GPU
+    n_seq_max: int = 0  # 0: as many KV sequences as llama.cpp allows
+    # KV sequences kept aside to hold pinned prompt prefixes (a question-first layout's question
+    # block, k-shot demonstrations) across calls that evaluate other prompts in between; each one
+    # fewer option scored in a single group.
+    pinned_prefixes: int = 8
+    # Most KV cells the pinned prefixes may hold together (0: whatever the requests leave free).
+    pinned_cells: int = 0
+    # The cost model for skipping work: one llama_decode call costs about as much as this many batch
+    # rows (the bundled models on CPU: the weights are streamed once per call). A bound on the answers
+    # (`score_trie(epsilon=...)`) expands tries of at least this many nodes best-first, over several calls.
+    call_cost_rows: int = 64
+    seed: int = 0
+    flash_attn: bool = True
+    # Scoring evaluates in call shapes whose numbers do not depend on what else is in the call or
+    # in the KV cache (`batches.call_sizes`), so an answer is the same on a fresh engine and after
+    # any other traffic. Off: calls as large as n_batch (faster for long prompts, history-dependent).
+    deterministic: bool = True
+    use_mmap: bool = True
+    # llama.cpp's repacked weight layouts (CPU_REPACK, e.g. for Q4_K) switch between GEMM and GEMV
+    # kernels by batch size, so a token's numbers would depend on what else is in its batch. Off by
+    # default: no measurable prompt speed-up on the bundled models, and scores stay batch-independent.
+    repack: bool = False
+    chat_template: str | None = None  # Jinja source, or a built-in name (chatml, gemma), overriding the GGUF's
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token, with its log-probability under the model (before sampling filters)."""
+
+    token: int
+    text: str  # text released by this token (may be empty while a character or stop string is pending)
+    logprob: float | None
+    top_logprobs: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    finish_reason: str  # "stop" | "length"
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class TrieScores:
+    """What `Engine.score_trie` computed. rows: for every continuation, the log-probability of each
+    of its tokens given the prefix and its own earlier tokens; NaN where a lazy evaluation never
+    expanded the node that predicts it (the continuation's probability is then at most that of its
+    evaluated part). hidden: the hidden state at the prefix's last token, when asked for.
+    cached_tokens: how many prefix tokens came from the KV cache instead of being evaluated."""
+
+    rows: list[np.ndarray]
+    hidden: np.ndarray | None = None
+    lazy: bool = False
+    cached_tokens: int = 0
+
+    @property
+    def complete(self) -> list[bool]:
+        return [not np.isnan(row).any() for row in self.rows]
+
+
+@dataclass(frozen=True)
+class HiddenState:
+    """The final hidden state at a prompt's last token, and how many prompt tokens came from the cache."""
+
+    vector: np.ndarray
+    cached_tokens: int = 0

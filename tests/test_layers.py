@@ -1,0 +1,49 @@
+"""Imports go downward: no module imports one of a higher layer, lazily inside a function or not
+(a loop through a lazy import is still a loop)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "src" / "llamadecide"
+
+# Packages from the bottom up; a package may import its own layer and those below.
+PACKAGES = {"errors": 0, "aws": 1, "engine": 1, "decisions": 2, "settings": 3, "calibration": 3, "server": 4,
+            "sagemaker": 5, "bench": 5, "cli": 6}
+# Inside the engine, module by module.
+ENGINE = {"config": 0, "trie": 0, "model_files": 0, "chat_template": 0, "batches": 1, "tokenizer": 1, "kv_cache": 2,
+          "scoring": 3, "generation": 3, "llama_engine": 4, "__init__": 5}
+
+
+def _imports(path: Path) -> list[list[str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("llamadecide."):
+            found.append(node.module.split(".")[1:])
+        elif isinstance(node, ast.Import):
+            found.extend(a.name.split(".")[1:] for a in node.names if a.name.startswith("llamadecide."))
+    return found
+
+
+def test_packages_import_downward():
+    upward = []
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        own = parts[0]
+        if own == "__init__":
+            continue
+        for target in _imports(path):
+            if target[0] != own and PACKAGES[target[0]] > PACKAGES[own]:
+                upward.append(f"{'/'.join(parts)} imports llamadecide.{'.'.join(target)}")
+    assert not upward, upward
+
+
+def test_engine_modules_import_downward():
+    upward = []
+    for path in (ROOT / "engine").glob("*.py"):
+        for target in _imports(path):
+            if target[0] == "engine" and len(target) > 1 and ENGINE[target[1]] >= ENGINE[path.stem] and target[1] != path.stem:
+                if not (path.stem == "__init__"):
+                    upward.append(f"engine/{path.name} imports engine.{target[1]}")
+    assert not upward, upward
