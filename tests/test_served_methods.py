@@ -132,6 +132,11 @@ def test_a_served_head_on_the_hidden_state_alone_scores_no_answer(engine, tmp_pa
         assert answer["method"] == "head (hidden state)" and answer["prompt_format"] == "llamadecide-3"
         assert answer["label_mass"] is None and answer["probability_bound"] == 0.0
         assert probabilities(response) == pytest.approx(list(expected), abs=0.02)
+        # the second request takes the pinned question prefix from the cache, and says so
+        again = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120).json()
+        pinned = decider.tokens.pinned_prefix(question, Scoring(layout="llamadecide-3"),
+                                              decider._tokenize(text, question, (), "llamadecide-3").prompt_tokens)
+        assert again["usage"]["input_tokens_details"]["cached_tokens"] >= len(pinned) > 100
 
 
 def test_a_profile_with_a_head_must_say_so():
@@ -140,3 +145,21 @@ def test_a_profile_with_a_head_must_say_so():
                            task={"type": "predicate", "instructions": "x", "options": [True, False]}, mode="text",
                            calibrator="head", length_normalize=False, temperature=1.0, target_precision=0.9,
                            confidence_level=0.95, dataset_fingerprint="", metrics={})
+
+
+def test_a_profile_whose_pinned_prefix_leaves_no_room_for_an_input_is_refused_at_load(engine):
+    from llamadecide.calibration.profile import DemonstrationParams
+    from llamadecide.server.app import fits_context
+
+    def profile(shots: int) -> CalibrationProfile:
+        return CalibrationProfile(
+            name=f"{shots}-shot", created="", model_sha256=engine.model_sha256, prompt_format="llamadecide-3",
+            task={"type": "predicate", "instructions": "The review is positive.", "options": [True, False]},
+            mode="text", calibrator="none", length_normalize=False, temperature=1.0, target_precision=0.9,
+            confidence_level=0.95, dataset_fingerprint="", metrics={},
+            demonstrations=[DemonstrationParams(input="A long and winding review of a film. " * 20, option=i % 2)
+                            for i in range(shots)])
+
+    assert fits_context(Decider(engine), profile(2), engine) is None
+    reason = fits_context(Decider(engine), profile(40), engine)
+    assert reason is not None and "raise n_ctx to at least" in reason and "pinned prefix" in reason

@@ -298,6 +298,7 @@ def test_probability_log(server):
     for r in last:
         assert len(r["model_sha256"]) == 64 and r["prompt_format"] == "llamadecide-1" and r["request_id"]
         assert abs(sum(r["probabilities"]) - 1) < 1e-9 and r["chosen"] in r["options"] and r["latency_ms"] > 0
+        assert r["usage"]["input_tokens"] > 0 and 0 <= r["usage"]["cached_tokens"] <= r["usage"]["input_tokens"]
     assert API_KEY not in server.probability_log.read_text()
 
 

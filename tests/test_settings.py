@@ -74,3 +74,14 @@ def test_missing_model_is_a_typed_error(tmp_path):
         resolve_model_path(tmp_path)
     with pytest.raises(ModelLoadError, match="unknown bundled model"):
         bundled_model_path("nope")
+
+
+def test_the_documented_settings_table_is_the_settings_own():
+    from pathlib import Path
+
+    from llamadecide.settings import settings_table
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "settings.md").read_text(encoding="utf-8")
+    start = text.index("<!-- settings table: python -m llamadecide.settings -->\n") + len("<!-- settings table: python -m llamadecide.settings -->\n")
+    assert text[start:text.index("<!-- end of settings table -->")] == settings_table(), \
+        "docs/settings.md is stale: paste the output of `python -m llamadecide.settings`"

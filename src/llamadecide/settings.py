@@ -202,3 +202,20 @@ class Settings(BaseSettings):
             chat_template=template,
             verbose=self.verbose,
         )
+
+
+def settings_table() -> str:
+    """Every setting as a Markdown table (docs/settings.md holds it; a test keeps the two equal)."""
+    flags: dict[str, list[str]] = {}
+    for flag, name in SM_FLAG_TO_SETTING.items():
+        flags.setdefault(name, []).append(flag.upper().replace("-", "_"))
+    lines = ["| setting | default | `SM_LLAMA_CPP_` | meaning |", "| --- | --- | --- | --- |"]
+    for name, field in Settings.model_fields.items():
+        default = "none" if field.default is None else json.dumps(field.default)
+        sm = ", ".join(f"`{flag}`" for flag in flags.get(name, []))
+        lines.append(f"| `{name}` | {default} | {sm} | {field.description} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(settings_table(), end="")

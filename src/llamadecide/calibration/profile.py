@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
@@ -174,6 +174,15 @@ class CalibrationProfile(BaseModel):
                 f"profile {self.name!r} was fitted with prompt format {self.prompt_format!r}, this server knows "
                 f"{', '.join(prompt_formats)}; recalibrate", param="llamadecide.profile")
 
+    def question(self):
+        """The profile's question as the decisions library asks it (without option descriptions)."""
+        from llamadecide.decisions import choice, predicate, score
+
+        kind, instructions, options = self.task["type"], self.task["instructions"], self.task["options"]
+        if kind == "predicate":
+            return predicate(instructions, mode=self.mode)
+        return (score if kind == "score" else choice)(instructions, [str(o) for o in options], mode=self.mode)
+
     def check_options(self, kind: str, values: list[Any]) -> None:
         expected = [json.dumps(v) for v in self.task["options"]]
         if self.task["type"] != kind or [json.dumps(v) for v in values] != expected:
@@ -197,7 +206,9 @@ class ProfileStore:
     to another model or an unknown prompt format, is left out with its reason logged and reported to
     any request naming it: one bad file never keeps the model from serving the others."""
 
-    def __init__(self, directory: Path, model_sha256: str, prompt_formats: tuple[str, ...]) -> None:
+    def __init__(self, directory: Path, model_sha256: str, prompt_formats: tuple[str, ...], *,
+                 check: Callable[["CalibrationProfile"], str | None] | None = None) -> None:
+        """`check` may refuse a profile the server cannot serve (it returns the reason)."""
         self.profiles: dict[str, CalibrationProfile] = {}
         self.refused: dict[str, str] = {}  # file -> why it is not served
         directory = Path(directory)
@@ -207,6 +218,9 @@ class ProfileStore:
             try:
                 profile = CalibrationProfile.load(path)
                 profile.check_bound_to(model_sha256, prompt_formats)
+                problem = check(profile) if check is not None else None
+                if problem:
+                    raise ProfileMismatchError(problem)
             except (ValueError, OSError, ProfileMismatchError) as exc:
                 reason = _reason(exc)
                 self.refused[str(path)] = reason

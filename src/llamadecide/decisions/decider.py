@@ -64,8 +64,9 @@ class Decider:
             needed = max(len(s) for _, item in variants for s in item.sequences)
             if needed > self.engine.max_sequence:  # what cannot fit is refused before any work
                 raise ContextOverflowError(f"question {describe(question)}: the prompt with its longest answer needs "
-                                           f"{needed} tokens but the context holds {self.engine.max_sequence} (shorten the "
-                                           "input or the options, or raise n_ctx)", param="questions")
+                                           f"{needed} tokens but the context holds {self.engine.n_ctx} (of which "
+                                           f"{self.engine.max_sequence} for a prompt with its answer; shorten the input "
+                                           "or the options, or raise n_ctx)", param="questions")
             how = evaluation(rule, self.epsilon)
             if how is Evaluation.HIDDEN_ONLY:
                 prompt = variants[0][1].prompt_tokens
@@ -178,6 +179,12 @@ class Decider:
         if pin:
             self.engine.pin_prefix(pin)
         return self.engine.hidden_state(item.prompt_tokens)
+
+    def footprint(self, question: Question, rule: Scoring) -> tuple[int, int]:
+        """What a question needs of the context whatever its input: its pinned prefix's tokens, and
+        the longest prompt with its answer for a one-token input."""
+        item = self._tokenize("-", question, shown(question, rule.demonstrations, 0), rule.layout)
+        return len(self.tokens.pinned_prefix(question, rule, item.prompt_tokens)), max(len(s) for s in item.sequences)
 
     def content_free_scores(self, question: Question, *, rotations: int = 1, demonstrations: Sequence[Demonstration] = (),
                             layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,8 @@ import numpy as np
 
 class ScoringEngine(Protocol):
     end_of_answer: list[int]
-    max_sequence: int  # the longest prompt with its answer the engine scores
+    n_ctx: int
+    max_sequence: int  # the longest prompt with its answer the engine scores (a little under n_ctx)
 
     @property
     def last_reused_tokens(self) -> int:

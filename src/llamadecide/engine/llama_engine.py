@@ -158,6 +158,10 @@ class Engine:
         return self.tokenizer.end_of_answer
 
     @property
+    def bos_id(self) -> int:
+        return self.tokenizer.bos_id
+
+    @property
     def eos_id(self) -> int:
         return self.tokenizer.eos_id
 

@@ -51,12 +51,16 @@ class Runtime:
 
     def attach(self, engine: Engine) -> None:
         name = self.settings.model_alias or engine.model_name
+        log.info("engine: n_ctx %d, flash attention %s, scoring %s in calls of up to %d rows", engine.n_ctx,
+                 "on" if engine.config.flash_attn else "off",
+                 "deterministic" if engine.config.deterministic else "NOT deterministic", engine.call_rows)
         profiles = None
         if self.settings.profiles_dir:
             from llamadecide.calibration.profile import ProfileStore
             from llamadecide.decisions.prompt import PROMPT_FORMATS
 
-            store = ProfileStore(self.settings.profiles_dir, engine.model_sha256, PROMPT_FORMATS)
+            store = ProfileStore(self.settings.profiles_dir, engine.model_sha256, PROMPT_FORMATS,
+                                 check=lambda profile: fits_context(Decider(engine), profile, engine))
             profiles = store.get
             self.profile_store = store
             log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
@@ -73,6 +77,26 @@ class Runtime:
             detail = f": {self.load_error}" if self.load_error else " yet"
             raise ModelLoadError(f"the model is not loaded{detail}")
         return self.services
+
+
+MIN_INPUT_TOKENS = 64  # what a profile must leave room for beside its question, at the least
+
+
+def fits_context(decider: Decider, profile, engine: Engine) -> str | None:
+    """Whether a profile's question, with its pinned prefix, leaves room for an input in the context;
+    logs the prefix it pins. Returns the reason it cannot be served, if so."""
+    try:
+        pinned, needed = decider.footprint(profile.question(), profile.scoring())
+    except Exception as exc:  # noqa: BLE001 - a profile the library cannot even tokenize is not served
+        return f"its question cannot be asked: {exc}"
+    if needed + MIN_INPUT_TOKENS > engine.max_sequence:
+        return (f"its prompt and answers need {needed} tokens before any input (a pinned prefix of {pinned}); with "
+                f"room for a {MIN_INPUT_TOKENS}-token input that is more than this context holds ({engine.max_sequence}): "
+                f"raise n_ctx to at least {needed + MIN_INPUT_TOKENS + engine.n_ctx - engine.max_sequence}")
+    if pinned:
+        log.info("profile %s pins a %d-token question prefix (%d of %d context tokens left for its inputs)",
+                 profile.name, pinned, engine.max_sequence - needed, engine.max_sequence)
+    return None
 
 
 def create_app(settings: Settings | None = None, *, engine: Engine | None = None,

@@ -21,7 +21,8 @@ class ProbabilityLog:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def write(self, *, request_id: str, route: str, model: str, model_sha256: str, answers: list[Answer],
-              seconds: float, names: list[str | None], state: object) -> None:
+              seconds: float, names: list[str | None], state: object, usage: dict | None = None) -> None:
+        """One line per answer; `usage` (the request's input and cached tokens) is on each of them."""
         now = time.time()
         # A hash of the state, not the state: joins runs of two models on the same items (compare)
         # without writing the caller's text to disk.
@@ -46,6 +47,7 @@ class ProbabilityLog:
                 "confidence": answer.confidence,
                 "label_mass": answer.label_mass,
                 "latency_ms": round(seconds * 1000, 3),
+                "usage": usage,
             }
             lines.append(json.dumps(record, ensure_ascii=False, default=str))
         data = ("\n".join(lines) + "\n").encode("utf-8", errors="backslashreplace")

@@ -33,7 +33,9 @@ def _record(request: Request, route: str, prepared: Prepared, decision: Decision
         try:
             runtime.problog.write(request_id=request.scope["state"]["request_id"], route=route, model=services.model_name,
                                   model_sha256=services.engine.model_sha256, answers=decision.answers,
-                                  seconds=decision.seconds, names=prepared.names, state=prepared.state)
+                                  seconds=decision.seconds, names=prepared.names, state=prepared.state,
+                                  usage={"input_tokens": decision.prompt_tokens,
+                                         "cached_tokens": decision.extra.get("cached_tokens", 0)})
         except Exception:  # the answer is computed: a log that cannot take it must not lose it for the client
             log.exception("the probability log could not record request %s", request.scope["state"]["request_id"])
             runtime.metrics.errors.labels("probability_log").inc()
