@@ -79,6 +79,10 @@ def test_rerun_is_served_from_the_cache(local_run, slice_file, engine):
             calls.append(text)
             return super().score(text, question, **options)
 
+        def score_many(self, texts, question, **options):
+            calls.extend(texts)
+            return super().score_many(texts, question, **options)
+
     task = load_task("agnews")
     items = read_labelled(slice_file, text_column="0", label_column="1")
     calibrate(Counting(engine), task, items, RunConfig(out_dir=out, calibration_size=20, test_size=20, show_progress=False))

@@ -9,11 +9,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "src" / "llamadecide"
 
 # Packages from the bottom up; a package may import its own layer and those below.
-PACKAGES = {"errors": 0, "aws": 1, "engine": 1, "decisions": 2, "settings": 3, "calibration": 3, "server": 4,
+PACKAGES = {"errors": 0, "aws": 1, "engine": 1, "decisions": 2, "settings": 3, "calibration": 3, "bulk": 4, "server": 4,
             "sagemaker": 5, "bench": 5, "cli": 6}
 # Inside the engine, module by module.
 ENGINE = {"config": 0, "trie": 0, "model_files": 0, "chat_template": 0, "batches": 1, "tokenizer": 1, "kv_cache": 2,
-          "scoring": 3, "generation": 3, "llama_engine": 4, "__init__": 5}
+          "scoring": 3, "generation": 3, "batched": 4, "llama_engine": 5, "__init__": 6}
 
 
 def _imports(path: Path) -> list[list[str]]:

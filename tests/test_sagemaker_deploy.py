@@ -119,8 +119,9 @@ def test_batch_transform_job(deployer):
     deployer.create(spec(), wait=False)
     deployer.batch(job_name="bulk-1", model_name="ld-test-model", input_s3="s3://models/in/", output_s3="s3://models/out/")
     job = boto3.client("sagemaker").describe_transform_job(TransformJobName="bulk-1")
-    assert job["ModelName"] == "ld-test-model" and job["BatchStrategy"] == "SingleRecord"
+    assert job["ModelName"] == "ld-test-model" and job["BatchStrategy"] == "MultiRecord"
     assert job["TransformInput"]["SplitType"] == "Line" and job["TransformOutput"]["AssembleWith"] == "Line"
+    assert job["TransformInput"]["ContentType"] == "application/jsonlines" and job["MaxPayloadInMB"] <= 6
     with pytest.raises(DeployError, match="s3://"):
         deployer.batch(job_name="b", model_name="m", input_s3="/local", output_s3="s3://x/")
 

@@ -132,11 +132,10 @@ def test_a_served_head_on_the_hidden_state_alone_scores_no_answer(engine, tmp_pa
         assert answer["method"] == "head (hidden state)" and answer["prompt_format"] == "llamadecide-3"
         assert answer["label_mass"] is None and answer["probability_bound"] == 0.0
         assert probabilities(response) == pytest.approx(list(expected), abs=0.02)
-        # the second request takes the pinned question prefix from the cache, and says so
+        # the second request takes the question prefix the first one pinned from the cache, and says so
+        first = response.json()["usage"]["input_tokens_details"]["cached_tokens"]
         again = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120).json()
-        pinned = decider.tokens.pinned_prefix(question, Scoring(layout="llamadecide-3"),
-                                              decider._tokenize(text, question, (), "llamadecide-3").prompt_tokens)
-        assert again["usage"]["input_tokens_details"]["cached_tokens"] >= len(pinned) > 100
+        assert again["usage"]["input_tokens_details"]["cached_tokens"] > first + 90
 
 
 def test_a_profile_with_a_head_must_say_so():

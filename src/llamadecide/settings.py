@@ -154,6 +154,7 @@ class Settings(BaseSettings):
     max_request_rows: int = Field(16384, ge=1, description="Most tokens one decision request may have evaluated (prompts and answer tries over its questions and rotations), counted before any evaluation")
     request_timeout: float = Field(120.0, ge=0, description="Seconds one request may hold the engine (0: no limit); then it gets 504 and the engine moves on")
     max_tokens: int = Field(2048, ge=1, description="Most tokens one completion may generate")
+    decision_batch: int = Field(16, ge=1, description="Most waiting decision requests evaluated together in shared engine calls, each answer what it is alone (1: one at a time)")
     queue_size: int = Field(64, ge=1, description="Requests that may wait for the engine before 503")
     drain_timeout: float = Field(20.0, ge=0, description="Seconds a stopping server (SIGTERM) lets in-flight and queued requests finish; then waiting ones get 503, generations stop, and it exits (SageMaker kills 30 s after its stop signal)")
     probability_log: Path | None = Field(None, description="Append one JSON line per answer to this file")

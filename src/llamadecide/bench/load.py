@@ -38,8 +38,14 @@ class Record:
     valid: bool | None = None
 
 
-def decision_body(task: Task, item: LabelledItem) -> dict:
-    return {"model": "default", "input": item.text, "questions": [wire_question(task.question())]}
+def decision_body(task: Task, item: LabelledItem, *, profile: str | None = None, predicate: str | None = None) -> dict:
+    """A decision request for an item: the task's question (under a served calibration profile, when
+    named), or a yes/no predicate."""
+    question = ({"type": "predicate", "instructions": predicate} if predicate else wire_question(task.question()))
+    body = {"model": "default", "input": item.text, "questions": [question]}
+    if profile:
+        body["llamadecide"] = {"profile": profile}
+    return body
 
 
 def chat_body(task: Task, item: LabelledItem) -> dict:
@@ -102,11 +108,15 @@ async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | Non
 
 
 async def run_level(url: str, api_key: str | None, kind: str, task: Task, items: list[LabelledItem], golds: list[int],
-                    concurrency: int, requests: int, warmup: int) -> tuple[list[Record], float]:
+                    concurrency: int, requests: int, warmup: int, *, profile: str | None = None,
+                    predicate: str | None = None) -> tuple[list[Record], float]:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
-        make = decision_body if kind == "decision" else chat_body
+        def make(task: Task, item: LabelledItem) -> dict:
+            if kind == "decision":
+                return decision_body(task, item, profile=profile, predicate=predicate)
+            return chat_body(task, item)
         for i in range(warmup):
             await _one(client, kind, make(task, items[i % len(items)]), None, task)
         queue: asyncio.Queue = asyncio.Queue()
@@ -121,7 +131,7 @@ async def run_level(url: str, api_key: str | None, kind: str, task: Task, items:
                 except asyncio.QueueEmpty:
                     return
                 item = items[i % len(items)]
-                records.append(await _one(client, kind, make(task, item), golds[i % len(items)], task))
+                records.append(await _one(client, kind, make(task, item), None if predicate else golds[i % len(items)], task))
 
         began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -33,8 +33,9 @@ from llamadecide.calibration.backends import LocalBackend
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.data import TASKS_DIR, LabelledItem, Task, load_task, read_labelled
 from llamadecide.calibration.fitting import Candidate, splitter
-from llamadecide.calibration.run import (RunConfig, Variant, VariantScores, apply_variant, demonstration_items,
-                                         fit_variant, out_of_fold, score_variants, select, split)
+from llamadecide.calibration.run import RunConfig, split
+from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, select
+from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items, score_variants
 from llamadecide.calibration.thresholds import Threshold, evaluate_threshold, select_threshold
 from llamadecide.decisions import lexical
 from llamadecide.decisions.maths import HIDDEN_ONLY, LOGLIK_HIDDEN, confidence
@@ -169,7 +170,7 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
                     == (variant.mode, variant.rotations, variant.shots, variant.layout, lexical, features)]
             if mine:
                 rows.append(_fitted_row(name, min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
-    best = min(results, key=lambda r: r["cv_nll"])
+    best, _ = choose(results)
     rows.append(_fitted_row("chosen by CV", best, fitted, scored, cal_idx, test_idx, y))
     if nested:
         rows.append(nested_row(best, fitted, scored, cal_idx, y))

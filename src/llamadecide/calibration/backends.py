@@ -34,6 +34,9 @@ class Backend(Protocol):
               demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION) -> ItemScores: ...
     def content_free(self, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
                      layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray | None]: ...
+    def score_many(self, texts: list[str], question: Question, *, rotations: int = 1, hidden: bool = False,
+                   demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION,
+                   answers: bool = True) -> list[ItemScores]: ...
 
 
 class LocalBackend:
@@ -53,6 +56,18 @@ class LocalBackend:
         logprobs, lengths, state = self.decider.scores(text, question, rotations=rotations, hidden=hidden,
                                                        demonstrations=demonstrations, layout=layout)
         return ItemScores(logprobs, lengths, state)
+
+    def score_many(self, texts: list[str], question: Question, *, rotations: int = 1, hidden: bool = False,
+                   demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION,
+                   answers: bool = True) -> list[ItemScores]:
+        """Many items in shared engine calls, each scored as alone. Without `answers`, only the hidden
+        state (no answer is scored; `logprobs` empty)."""
+        if not answers:
+            states = self.decider.hidden_many(texts, question, demonstrations=demonstrations, layout=layout)
+            return [ItemScores([], None, state) for state in states]
+        scored = self.decider.scores_many(texts, question, rotations=rotations, hidden=hidden,
+                                          demonstrations=demonstrations, layout=layout)
+        return [ItemScores(logprobs, lengths, state) for logprobs, lengths, state in scored]
 
     def content_free(self, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
                      layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray | None]:
@@ -130,6 +145,13 @@ class _RemoteBackend:
             raise LlamaDecideError(f"{self.description} asks every question in {PROMPT_FORMAT_VERSION!r}; "
                                    f"measure {layout!r} with the local backend")
         return _logprobs_from_answer(self._post(self._body(text, question, rotations))["answers"][0], question)
+
+    def score_many(self, texts: list[str], question: Question, *, rotations: int = 1, hidden: bool = False,
+                   demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION,
+                   answers: bool = True) -> list[ItemScores]:
+        """One request per item (the endpoint shares its own engine calls under load)."""
+        return [self.score(text, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations,
+                           layout=layout) for text in texts]
 
     def content_free(self, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
                      layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray | None]:

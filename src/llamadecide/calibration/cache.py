@@ -14,6 +14,11 @@ import numpy as np
 from llamadecide.calibration.backends import ItemScores
 
 
+# Scores cached before the engine's deterministic numerics (flash attention, fixed call shapes) moved
+# by llama.cpp's kernel noise: not reused.
+NUMERICS = "deterministic-1"
+
+
 class ScoreCache:
     def __init__(self, path: Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -22,7 +27,7 @@ class ScoreCache:
 
     @staticmethod
     def key(identity: str, prompt_format: str, mode: str, task: str, text: str) -> str:
-        return hashlib.sha256(json.dumps([identity, prompt_format, mode, task, text]).encode()).hexdigest()
+        return hashlib.sha256(json.dumps([NUMERICS, identity, prompt_format, mode, task, text]).encode()).hexdigest()
 
     def get(self, key: str) -> ItemScores | None:
         row = self.db.execute("SELECT value FROM scores WHERE key = ?", (key,)).fetchone()

@@ -228,7 +228,8 @@ def content_free_prior_for(candidate: Candidate, rows: np.ndarray | None, length
 def cross_validated(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, candidate: Candidate, *,
                     prior: np.ndarray | None = None, hidden: np.ndarray | None = None,
                     texts: Sequence[str] | None = None, folds: int = 5, seed: int = 0) -> dict[str, float]:
-    """Held-out NLL and accuracy of a candidate over folds of the calibration part."""
+    """Held-out NLL (and its standard error over items) and accuracy of a candidate over folds of the
+    calibration part."""
     losses, hits = [], []
     for train, held in splitter(L, y, folds, seed):
         calibrator = fit_candidate(candidate, L[train], None if lengths is None else lengths[train], y[train], prior=prior,
@@ -238,7 +239,9 @@ def cross_validated(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, ca
                              None if texts is None else [texts[i] for i in held])
         losses.append(-np.log(np.clip(P[np.arange(len(held)), y[held]], 1e-12, 1.0)))
         hits.append(P.argmax(1) == y[held])
-    return {"nll": float(np.concatenate(losses).mean()), "accuracy": float(np.concatenate(hits).mean())}
+    every = np.concatenate(losses)
+    return {"nll": float(every.mean()), "nll_se": float(every.std(ddof=1) / np.sqrt(len(every))) if len(every) > 1 else 0.0,
+            "accuracy": float(np.concatenate(hits).mean()), "items": int(len(every))}
 
 
 def splitter(L: np.ndarray, y: np.ndarray, folds: int, seed: int):

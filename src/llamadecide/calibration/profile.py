@@ -175,13 +175,16 @@ class CalibrationProfile(BaseModel):
                 f"{', '.join(prompt_formats)}; recalibrate", param="llamadecide.profile")
 
     def question(self):
-        """The profile's question as the decisions library asks it (without option descriptions)."""
+        """The profile's question as it was calibrated (option descriptions where the profile records
+        them: profiles written before they did ask without)."""
         from llamadecide.decisions import choice, predicate, score
 
         kind, instructions, options = self.task["type"], self.task["instructions"], self.task["options"]
+        descriptions = self.task.get("descriptions") or [None] * len(options)
         if kind == "predicate":
-            return predicate(instructions, mode=self.mode)
-        return (score if kind == "score" else choice)(instructions, [str(o) for o in options], mode=self.mode)
+            return predicate(instructions, true_description=descriptions[0], false_description=descriptions[1],
+                             mode=self.mode)
+        return (score if kind == "score" else choice)(instructions, list(zip(options, descriptions)), mode=self.mode)
 
     def check_options(self, kind: str, values: list[Any]) -> None:
         expected = [json.dumps(v) for v in self.task["options"]]

@@ -28,6 +28,19 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     for label, key, fmt in ROWS:
         table.add_row(label, fmt.format(raw[key]) + _ci(raw, key), fmt.format(cal[key]) + _ci(cal, key))
     console.print(table)
+    selection, chosen = summary.get("selection"), summary["chosen"]
+    if selection:
+        console.print(f"chosen: {chosen['label']}, the simplest of {selection['within_one_se']} candidates within one "
+                      f"standard error of the lowest cross-validated NLL ({selection['lowest']['label']}, "
+                      f"{selection['lowest']['cv_nll']:.4f} ± {selection['lowest']['cv_nll_se']:.4f}); "
+                      f"{selection['compared']} compared on the same folds of {', '.join(map(str, selection['items']))} items. "
+                      f"Chosen, cross-validated → test: accuracy {chosen['cv_accuracy']:.3f} → {cal['accuracy']:.3f}, "
+                      f"NLL {chosen['cv_nll']:.4f} → {cal['nll']:.4f}")
+    cost = summary.get("cost")
+    if cost:
+        console.print(f"cost: {cost['items']} items x {cost['variants']} variants scored in {cost['scoring_s']:.0f} s "
+                      f"({cost['scoring_s_per_item']:.2f} s per item), {cost['total_s']:.0f} s in all "
+                      f"({cost['total_s_per_item']:.2f} s per item)")
     th = summary["threshold"]
     if th["calibration"]:
         c, t = th["calibration"], th["test"]

@@ -29,6 +29,10 @@ def bench_command(
     requests: Annotated[int, typer.Option("--requests", help="Measured requests per level")] = 32,
     warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests before each level")] = 2,
     threads: Annotated[list[int], typer.Option("--threads", help="CPU thread counts to sweep (repeat)")] = [],
+    profile: Annotated[Optional[Path], typer.Option("--profile", help="Serve this calibration profile (a calibrate --out folder) and send its name with every decision: the served method, e.g. a head, as users run it")] = None,
+    predicate: Annotated[Optional[str], typer.Option("--predicate", help="Ask this yes/no question of every item instead of the task's question")] = None,
+    chat: Annotated[bool, typer.Option("--chat/--no-chat", help="Also measure generate-and-parse over chat completions")] = True,
+    decision_batch: Annotated[list[int], typer.Option("--decision-batch", help="Server setting decision_batch values to compare, a server each (repeat; default: the server's own)")] = [],
     gpu: Annotated[str, typer.Option("--gpu", help="auto (when a GPU build and device exist), on, off")] = "auto",
     model: Annotated[Optional[str], typer.Option("--model")] = None,
     prices: Annotated[Optional[Path], typer.Option("--prices", help="Price table JSON (default: the shipped one)")] = None,
@@ -61,10 +65,21 @@ def bench_command(
                      "machine": {"cpus": os.cpu_count()}}
     records_file = (out / "records.jsonl").open("w")
 
+    profile_name = None
+    if profile is not None:
+        from llamadecide.calibration.profile import CalibrationProfile, profile_files
+
+        files = profile_files(profile) if profile.is_dir() else [profile]
+        profile_name = CalibrationProfile.load(files[0]).name
+        results["profile"] = profile_name
+    if predicate:
+        results["predicate"] = predicate
+
     def measure(base_url: str, device: str, kinds: tuple[str, ...], levels: list[int]) -> None:
         for kind in kinds:
             for c in levels:
-                recs, wall = asyncio.run(run_level(base_url, api_key, kind, the_task, sample, golds, c, requests, warmup))
+                recs, wall = asyncio.run(run_level(base_url, api_key, kind, the_task, sample, golds, c, requests, warmup,
+                                                   profile=profile_name, predicate=predicate))
                 summary = {"device": device, "kind": kind, "concurrency": c, **summarise(recs, wall)}
                 results["levels"].append(summary)
                 for r in asdict_records(recs):
@@ -72,18 +87,27 @@ def bench_command(
                 console.print(f"{device} {kind:8s} c={c:<3d} p50 {summary['p50_s'] or 0:.3f}s  p95 {summary['p95_s'] or 0:.3f}s  "
                               f"{summary['throughput_rps']:.2f} req/s  errors {summary['error_rate']:.1%}")
 
-    def with_server(args: list[str], device: str, kinds, levels) -> None:
+    def with_server(args: list[str], device: str, kinds, levels, env: dict | None = None) -> None:
         if url:
             measure(url, device, kinds, levels)
             return
         model_args = ["--model", model] if model else []
-        with ServerProcess(*model_args, *args, env={"LLAMADECIDE_QUEUE_SIZE": str(max(levels) + 4)}) as server:
+        profile_args = ["--profiles-dir", str(profile)] if profile else []
+        with ServerProcess(*model_args, *profile_args, *args,
+                           env={"LLAMADECIDE_QUEUE_SIZE": str(max(levels) + 4), **(env or {})}) as server:
             measure(server.url, device, kinds, levels)
 
-    with_server(["--n-gpu-layers", "0"], "cpu", ("decision", "chat"), concurrency)
+    kinds = ("decision", "chat") if chat else ("decision",)
+    for batch in decision_batch or [None]:
+        label = "cpu" if batch is None else f"cpu, batch {batch}"
+        with_server(["--n-gpu-layers", "0"], label, kinds if batch is None or batch == decision_batch[0] else ("decision",),
+                    concurrency, env={"LLAMADECIDE_DECISION_BATCH": str(batch)} if batch is not None else None)
     gpu_present = shutil.which("nvidia-smi") is not None and _gpu_build()
     if gpu == "on" or (gpu == "auto" and gpu_present):
-        with_server(["--n-gpu-layers", "-1"], "gpu", ("decision", "chat"), concurrency)
+        for batch in decision_batch or [None]:
+            label = "gpu" if batch is None else f"gpu, batch {batch}"
+            with_server(["--n-gpu-layers", "-1"], label, kinds if batch is None or batch == decision_batch[0] else ("decision",),
+                        concurrency, env={"LLAMADECIDE_DECISION_BATCH": str(batch)} if batch is not None else None)
         results["gpu"] = "measured"
     else:
         results["gpu"] = ("not measured: no GPU on this machine" if not shutil.which("nvidia-smi") else
@@ -98,9 +122,13 @@ def bench_command(
         results["threads"].append({"threads": t, **summarise(recs, wall)})
     records_file.close()
 
-    cpu_decisions = [r for r in results["levels"] if r["device"] == "cpu" and r["kind"] == "decision"]
+    for r in results["levels"]:  # throughput against the lowest concurrency of the same server and workload
+        first = min((x for x in results["levels"] if (x["device"], x["kind"]) == (r["device"], r["kind"])),
+                    key=lambda x: x["concurrency"])
+        r["throughput_ratio"] = r["throughput_rps"] / first["throughput_rps"] if first["throughput_rps"] else None
+    cpu_decisions = [r for r in results["levels"] if r["device"].startswith("cpu") and r["kind"] == "decision"]
     best_cpu = max(cpu_decisions, key=lambda r: r["throughput_rps"])
-    gpu_decisions = [r for r in results["levels"] if r["device"] == "gpu" and r["kind"] == "decision"]
+    gpu_decisions = [r for r in results["levels"] if r["device"].startswith("gpu") and r["kind"] == "decision"]
     best_gpu = max(gpu_decisions, key=lambda r: r["throughput_rps"]) if gpu_decisions else None
     table_prices = load_prices(prices)
     results["cost"] = {"source": table_prices["source"], "best_cpu_concurrency": best_cpu["concurrency"],
@@ -124,11 +152,11 @@ def _fmt(v, spec=".3f") -> str:
 
 
 def markdown(results: dict) -> str:
-    lines = ["| device | workload | concurrency | p50 s | p95 s | p99 s | req/s | errors | accuracy | invalid answers |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| device | workload | concurrency | p50 s | p95 s | p99 s | req/s | vs lowest concurrency | errors | accuracy | invalid answers |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results["levels"]:
         lines.append(f"| {r['device']} | {r['kind']} | {r['concurrency']} | {_fmt(r['p50_s'])} | {_fmt(r['p95_s'])} | {_fmt(r['p99_s'])} | "
-                     f"{r['throughput_rps']:.2f} | {r['error_rate']:.1%} | {_fmt(r.get('accuracy'))} | {_fmt(r.get('invalid_answer_rate'), '.1%')} |")
+                     f"{r['throughput_rps']:.2f} | {_fmt(r.get('throughput_ratio'), '.2f')}x | {r['error_rate']:.1%} | {_fmt(r.get('accuracy'))} | {_fmt(r.get('invalid_answer_rate'), '.1%')} |")
     if results["threads"]:
         lines += ["", "| threads | p50 s | req/s |", "| --- | --- | --- |"]
         lines += [f"| {t['threads']} | {_fmt(t['p50_s'])} | {t['throughput_rps']:.2f} |" for t in results["threads"]]
@@ -143,11 +171,11 @@ def markdown(results: dict) -> str:
 
 def print_tables(results: dict, console: Console) -> None:
     table = Table(title=f"load: {results['task']}, {results['requests_per_level']} requests per level")
-    for col in ("device", "workload", "conc.", "p50 s", "p95 s", "p99 s", "req/s", "errors", "accuracy", "invalid"):
+    for col in ("device", "workload", "conc.", "p50 s", "p95 s", "p99 s", "req/s", "vs lowest", "errors", "accuracy", "invalid"):
         table.add_column(col, justify="right")
     for r in results["levels"]:
         table.add_row(r["device"], r["kind"], str(r["concurrency"]), _fmt(r["p50_s"]), _fmt(r["p95_s"]), _fmt(r["p99_s"]),
-                      f"{r['throughput_rps']:.2f}", f"{r['error_rate']:.1%}", _fmt(r.get("accuracy")), _fmt(r.get("invalid_answer_rate"), ".1%"))
+                      f"{r['throughput_rps']:.2f}", _fmt(r.get("throughput_ratio"), ".2f") + "x", f"{r['error_rate']:.1%}", _fmt(r.get("accuracy")), _fmt(r.get("invalid_answer_rate"), ".1%"))
     console.print(table)
     cost = Table(title="cost per 1,000 decisions")
     for col in ("instance", "USD/h", "req/s", "USD / 1,000", "basis"):

@@ -1,8 +1,9 @@
-"""`llamadecide decide`: one decision on the terminal."""
+"""`llamadecide decide`: one decision on the terminal, or every line of a file (`--data`)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -10,14 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, fail, settings_from, wide_console
-from llamadecide.decisions import Answer, Decider, choice, predicate, score
+from llamadecide.decisions import Answer, Decider, Question, Scoring, choice, predicate, score
 from llamadecide.engine import Engine
 from llamadecide.errors import LlamaDecideError
 
 
 def decide_command(
-    text: Annotated[str, typer.Argument(help="The state to decide about (use - to read standard input)")],
-    question: Annotated[str, typer.Option("--question", "-q", help="The question's instructions")],
+    text: Annotated[Optional[str], typer.Argument(help="The state to decide about (use - to read standard input)")] = None,
+    question: Annotated[Optional[str], typer.Option("--question", "-q", help="The question's instructions")] = None,
     option: Annotated[Optional[list[str]], typer.Option("--option", "-o", help="A declared option (repeat); for score questions, the levels lowest first")] = None,
     kind: Annotated[str, typer.Option("--type", help="choice, predicate or score")] = "choice",
     mode: Annotated[Optional[str], typer.Option("--mode", help="text (score the option text) or labels (score A/B/C... or level numbers)")] = None,
@@ -25,28 +26,28 @@ def decide_command(
     prior_correction: Annotated[bool, typer.Option("--prior-correction", help="Divide out the model's answer distribution on content-free inputs")] = False,
     rotations: Annotated[int, typer.Option("--rotations", help="Ask with the option list rotated this many times and average (order bias)")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
+    data: Annotated[Optional[Path], typer.Option("--data", help="Decide every line of this CSV, TSV or JSONL file (needs --out)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="With --data: the JSONL output, one line per input in input order; an interrupted run continues where it stopped")] = None,
+    profile: Annotated[Optional[Path], typer.Option("--profile", help="Ask the question of a calibration profile (a calibrate --out folder or profile file) and apply it")] = None,
+    task: Annotated[Optional[str], typer.Option("--task", help="Ask the question of a task file (or a packaged task: agnews, sst2, banking77...)")] = None,
+    text_column: Annotated[str, typer.Option("--text-column", help="With --data: the column (name, or index for headerless files) or JSON field holding the text")] = "text",
+    id_column: Annotated[Optional[str], typer.Option("--id-column", help="With --data: the column or field holding each input's id (default: its line number)")] = None,
     model: ModelOption = None,
     n_ctx: CtxOption = None,
     threads: ThreadsOption = None,
     n_gpu_layers: GpuLayersOption = None,
 ) -> None:
-    """Print a probability for every declared option."""
-    from llamadecide.decisions import Scoring
-
+    """Print a probability for every declared option, or write one for every input of a file."""
+    if data is not None:
+        return _decide_file(data, out, question, options=option or [], kind=kind, mode=mode, profile=profile, task=task,
+                            text_column=text_column, id_column=id_column, model=model, n_ctx=n_ctx, threads=threads,
+                            n_gpu_layers=n_gpu_layers)
+    if text is None or question is None:
+        raise fail("give the text and --question (or --data FILE with --out, --profile or --task)")
     if text == "-":
         text = typer.get_text_stream("stdin").read()
-    options = option or []
     try:
-        if kind == "choice":
-            q = choice(question, options, mode=mode or "text")
-        elif kind == "predicate":
-            if options:
-                raise fail("a predicate has fixed answers (yes/no); drop --option")
-            q = predicate(question, mode=mode or "text")
-        elif kind == "score":
-            q = score(question, options, mode=mode or "labels")
-        else:
-            raise fail(f"unknown --type {kind!r}; use choice, predicate or score")
+        q = _question(question, option or [], kind, mode)
         settings = settings_from(model=model, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=n_gpu_layers)
         engine = Engine(settings.engine_config())
         decision = Decider(engine).decide(text, [q], scoring=Scoring(length_normalize=length_normalize, prior_correction=prior_correction, rotations=rotations))
@@ -59,26 +60,64 @@ def decide_command(
         print_answer(answer, engine.model_name, decision.seconds)
 
 
+def _question(instructions: str, options: list[str], kind: str, mode: str | None) -> Question:
+    if kind == "choice":
+        return choice(instructions, options, mode=mode or "text")
+    if kind == "predicate":
+        if options:
+            raise fail("a predicate has fixed answers (yes/no); drop --option")
+        return predicate(instructions, mode=mode or "text")
+    if kind == "score":
+        return score(instructions, options, mode=mode or "labels")
+    raise fail(f"unknown --type {kind!r}; use choice, predicate or score")
+
+
+def _decide_file(data: Path, out: Path | None, question: str | None, *, options: list[str], kind: str, mode: str | None,
+                 profile: Path | None, task: str | None, text_column: str, id_column: str | None, **engine_options) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from llamadecide.bulk import decide_file, read_inputs
+    from llamadecide.calibration.data import load_task
+    from llamadecide.calibration.profile import CalibrationProfile, profile_files
+    from llamadecide.decisions.prompt import PROMPT_FORMATS
+
+    if out is None:
+        raise fail("--data needs --out FILE.jsonl")
+    if sum(x is not None for x in (question, profile, task)) != 1:
+        raise fail("--data asks one question: give --question (with --option), --profile or --task")
+    try:
+        inputs = list(read_inputs(data, text_column=text_column, id_column=id_column))
+        settings = settings_from(model=engine_options["model"], n_ctx=engine_options["n_ctx"],
+                                 n_threads=engine_options["threads"], n_gpu_layers=engine_options["n_gpu_layers"])
+        engine = Engine(settings.engine_config())
+        threshold = None
+        if profile is not None:
+            files = profile_files(profile) if profile.is_dir() else [profile]
+            if len(files) != 1:
+                raise fail(f"{profile} holds {len(files)} profiles; name one file")
+            chosen = CalibrationProfile.load(files[0])
+            chosen.check_bound_to(engine.model_sha256, PROMPT_FORMATS)
+            q, rule, threshold = chosen.question(), chosen.scoring(), chosen.threshold
+        elif task is not None:
+            q, rule = load_task(task).question(mode), Scoring()
+        else:
+            q, rule = _question(question or "", options, kind, mode), Scoring()
+        with Progress(TextColumn("[bold]deciding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=Console(stderr=True)) as progress:
+            bar = progress.add_task("decide", total=len(inputs))
+            counts = decide_file(Decider(engine), inputs, q, rule, out, threshold=threshold,
+                                 progress=lambda n: progress.advance(bar, n) if n else progress.update(bar, completed=0))
+            progress.update(bar, completed=len(inputs))
+    except LlamaDecideError as exc:
+        raise fail(exc.message) from exc
+    typer.echo(f"{counts['decided']} decided, {counts['errors']} errors, {counts['skipped']} already in {out}", err=True)
+
+
 def answer_json(answer: Answer, model_name: str, seconds: float) -> dict:
-    payload: dict = {
-        "model": model_name,
-        "type": answer.question.type,
-        "choice": answer.choice,
-        "confidence": answer.confidence,
-        "label_mass": answer.label_mass,
-        "prompt_format": answer.prompt_format,
-        "mode": answer.question.mode,
-        "probabilities": [
-            {"value": o.value, "probability": o.probability, "logprob": o.logprob, "tokens": o.n_tokens}
-            for o in answer.options
-        ],
-        "seconds": seconds,
-    }
-    if answer.question.type == "score":
-        payload["score"] = answer.score
-    if answer.question.type == "predicate":
-        payload["probability"] = answer.probability
-    return payload
+    from llamadecide.bulk import answer_record
+
+    return {"model": model_name, **answer_record(answer), "seconds": seconds}
 
 
 def print_answer(answer: Answer, model_name: str, seconds: float) -> None:

@@ -1,7 +1,7 @@
 """Decisions: question types, the versioned prompt formats, exact option scoring."""
 
 from llamadecide.decisions.answers import Answer, Decision, OptionScore
-from llamadecide.decisions.decider import Decider
+from llamadecide.decisions.decider import Decider, DecisionInput
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.questions import Option, Question, choice, predicate, score
 from llamadecide.decisions.rules import Demonstration, Head, Scoring
@@ -12,6 +12,7 @@ __all__ = [
     "Answer",
     "Decider",
     "Decision",
+    "DecisionInput",
     "Demonstration",
     "Head",
     "Limits",

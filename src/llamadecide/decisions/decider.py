@@ -20,7 +20,8 @@ from llamadecide.decisions.rules import Demonstration, Evaluation, Scoring, eval
 from llamadecide.decisions.tokenized import (QuestionTokenizer, TokenizedQuestion, canonical_key, common_prefix,
                                              describe, split_point)
 from llamadecide.decisions.work import Limits, Work, prompt_work, trie_work
-from llamadecide.errors import ContextOverflowError, InvalidRequestError
+from llamadecide.engine.config import Job
+from llamadecide.errors import ContextOverflowError, InvalidRequestError, LlamaDecideError
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,32 @@ class _Plan:
     local: int
     held: list[int]
     work: Work
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    """One decision to make among many (`Decider.decide_many`)."""
+
+    state: Any
+    questions: Sequence[Question]
+    scoring: Sequence[Scoring | None] | Scoring | None = None
+    limits: Limits | None = None
+
+
+@dataclass(frozen=True)
+class _Request:
+    state_text: str
+    questions: list[Question]
+    rules: list[Scoring]
+    order: list[int]
+
+    @property
+    def ordered_questions(self) -> list[Question]:
+        return [self.questions[i] for i in self.order]
+
+    @property
+    def ordered_rules(self) -> list[Scoring]:
+        return [self.rules[i] for i in self.order]
 
 
 class Decider:
@@ -95,9 +122,7 @@ class Decider:
         for plan in plans:
             if limits is not None:
                 limits.check_time()
-            pin = self.tokens.pinned_prefix(plan.question, plan.rule, plan.variants[0][1].prompt_tokens)
-            if pin:
-                self.engine.pin_prefix(pin)
+            fresh = self._pin([plan])
             first = plan.variants[0][1]
             if plan.how is Evaluation.HIDDEN_ONLY:
                 state = self.engine.hidden_state(plan.prefix)
@@ -108,7 +133,7 @@ class Decider:
                                               epsilon=self.epsilon if plan.how is Evaluation.BOUNDED else 0.0)
                 reused = trie.cached_tokens
                 totals.append(self._combine(plan, trie))
-            cached += max(0, reused - common_prefix([previous, plan.held]))
+            cached += max(0, reused - max(common_prefix([previous, plan.held]), fresh.get(id(plan), 0)))
             previous = plan.held
         return totals, plans, cached
 
@@ -134,29 +159,72 @@ class Decider:
         """Answer every question about one state. The state's tokens are evaluated once for all
         questions. `limits` bounds the work (checked after tokenizing, before any evaluation) and
         the time (checked before each question's evaluation)."""
+        began = time.perf_counter()
+        request = self._request(state, questions, scoring)
+        scored, plans, cached = self._score(request.state_text, request.ordered_questions, request.ordered_rules,
+                                            limits=limits)
+        return self._finish(request, scored, plans, cached, time.perf_counter() - began)
+
+    def decide_many(self, requests: Sequence[DecisionInput]) -> list[Decision | Exception]:
+        """Many decisions, their engine work shared: every one-question request whose answers are
+        scored exactly (or read the hidden state alone) goes into `Engine.score_many` with the others,
+        the rest are decided one by one. Each decision is what `decide` gives alone; one that cannot be
+        decided is its own exception, in its place, and never fails the others."""
+        began = time.perf_counter()
+        out: list[Decision | Exception | None] = [None] * len(requests)
+        shared: list[tuple[int, _Request, _Plan]] = []
+        for index, item in enumerate(requests):
+            try:
+                request = self._request(item.state, item.questions, item.scoring)
+                if len(request.questions) == 1 and evaluation(request.rules[0], self.epsilon) is not Evaluation.BOUNDED:
+                    [plan] = self._plan(request.state_text, request.ordered_questions, request.ordered_rules)
+                    if item.limits is not None:
+                        item.limits.check_work(plan.work)
+                        item.limits.check_time()
+                    shared.append((index, request, plan))
+                else:
+                    out[index] = self.decide(item.state, item.questions, scoring=item.scoring, limits=item.limits)
+            except (LlamaDecideError, ValueError) as exc:
+                out[index] = exc
+        fresh = self._pin([plan for _, _, plan in shared])
+        jobs = [Job(plan.prefix, plan.continuations if plan.how is not Evaluation.HIDDEN_ONLY else (),
+                    hidden=plan.rule.head is not None) for _, _, plan in shared]
+        scored = self.engine.score_many(jobs) if jobs else []
+        seconds = time.perf_counter() - began
+        for (index, request, plan), trie in zip(shared, scored):
+            try:
+                totals = (OptionTotals(None, plan.variants[0][1].answer_lengths, trie.hidden)
+                          if plan.how is Evaluation.HIDDEN_ONLY else self._combine(plan, trie))
+                cached = max(0, trie.cached_tokens - fresh.get(id(plan), 0))
+                out[index] = self._finish(request, [totals], [plan], cached, seconds)
+            except (LlamaDecideError, ValueError) as exc:
+                out[index] = exc
+        return [result for result in out if result is not None]
+
+    def _request(self, state: Any, questions: Sequence[Question],
+                 scoring: Sequence[Scoring | None] | Scoring | None) -> "_Request":
         if not questions:
             raise InvalidRequestError("at least one question is required", param="questions")
-        began = time.perf_counter()
-        state_text = render_state(state)
         rules = per_question(scoring, len(questions))
         # Questions go to the engine in an order fixed by their content, not by the request, so
         # reordering (or renaming) the questions of a request changes no answer.
         order = sorted(range(len(questions)), key=lambda i: canonical_key(questions[i], rules[i]))
-        scored, plans, cached = self._score(state_text, [questions[i] for i in order], [rules[i] for i in order],
-                                            limits=limits)
-        totals: list[OptionTotals] = [scored[0]] * len(questions)
-        for position, i in enumerate(order):
+        return _Request(render_state(state), list(questions), rules, order)
+
+    def _finish(self, request: "_Request", scored: list[OptionTotals], plans: list[_Plan], cached: int,
+                seconds: float) -> Decision:
+        totals: list[OptionTotals] = [scored[0]] * len(request.questions)
+        for position, i in enumerate(request.order):
             totals[i] = scored[position]
         answers: list[Answer] = []
-        for question, rule, item in zip(questions, rules, totals):
+        for question, rule, item in zip(request.questions, request.rules, totals):
             prior = self.prior(question, rule) if rule.prior_correction else None
-            answers.append(build_answer(question, item, rule, prior=prior, state_text=state_text))
+            answers.append(build_answer(question, item, rule, prior=prior, state_text=request.state_text))
         work = sum((plan.work for plan in plans), Work())
         sequences = [s for plan in plans for _, item in plan.variants
                      for s in (item.sequences if plan.how is not Evaluation.HIDDEN_ONLY else [item.prompt_tokens])]
         shared = min(split_point([item for plan in plans for _, item in plan.variants]), common_prefix(sequences))
-        return Decision(answers, work.tokens, shared, time.perf_counter() - began,
-                        {"cached_tokens": min(cached, work.tokens)})
+        return Decision(answers, work.tokens, shared, seconds, {"cached_tokens": min(cached, work.tokens)})
 
     def scores(self, state: Any, question: Question, *, rotations: int = 1, hidden: bool = False,
                demonstrations: Sequence[Demonstration] = (), layout: str = PROMPT_FORMAT_VERSION,
@@ -168,6 +236,50 @@ class Decider:
         item = totals[0]
         assert item.logprobs is not None
         return item.logprobs, item.lengths, item.hidden
+
+    def scores_many(self, states: Sequence[Any], question: Question, *, rotations: int = 1, hidden: bool = False,
+                    demonstrations: Sequence[Demonstration] = (), layout: str = PROMPT_FORMAT_VERSION,
+                    ) -> list[tuple[list[float], list[int], np.ndarray | None]]:
+        """`scores` for many states, their engine work shared (`Engine.score_many`); each the same
+        as alone."""
+        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)
+        plans = [self._plan(render_state(state), [question], [rule])[0] for state in states]
+        self._pin(plans)
+        scored = self.engine.score_many([Job(plan.prefix, plan.continuations, hidden=hidden) for plan in plans])
+        out = []
+        for plan, trie in zip(plans, scored):
+            totals = self._combine(plan, trie)
+            assert totals.logprobs is not None
+            out.append((totals.logprobs, totals.lengths, totals.hidden))
+        return out
+
+    def hidden_many(self, states: Sequence[Any], question: Question, *, demonstrations: Sequence[Demonstration] = (),
+                    layout: str = PROMPT_FORMAT_VERSION) -> list[np.ndarray]:
+        """`hidden` for many states, their engine work shared; each the same as alone."""
+        rule = Scoring(demonstrations=tuple(demonstrations), layout=check_layout(layout))
+        items = [self._tokenize(render_state(state), question, shown(question, rule.demonstrations, 0), rule.layout)
+                 for state in states]
+        pin = self.tokens.pinned_prefix(question, rule, items[0].prompt_tokens) if items else []
+        if pin:
+            self.engine.pin_prefix(pin)
+        return [trie.hidden for trie in self.engine.score_many([Job(item.prompt_tokens) for item in items])]
+
+    def _pin(self, plans: Sequence[_Plan]) -> dict[int, int]:
+        """Pin each distinct question prefix of these plans (once per question and rule). Returns, by
+        plan id, the length of a prefix pinned now (evaluated for these plans, so not cached for them)."""
+        done: dict[str, int] = {}
+        fresh: dict[int, int] = {}
+        held = {tuple(p) for p in self.engine.pinned}
+        for plan in plans:
+            key = canonical_key(plan.question, plan.rule)
+            if key not in done:
+                pin = self.tokens.pinned_prefix(plan.question, plan.rule, plan.variants[0][1].prompt_tokens)
+                done[key] = len(pin) if pin and tuple(pin) not in held else 0
+                if pin:
+                    self.engine.pin_prefix(pin)
+            if done[key]:
+                fresh[id(plan)] = done[key]
+        return fresh
 
     def hidden(self, state: Any, question: Question, *, demonstrations: Sequence[Demonstration] = (),
                layout: str = PROMPT_FORMAT_VERSION) -> np.ndarray:

@@ -13,6 +13,10 @@ class ScoringEngine(Protocol):
     max_sequence: int  # the longest prompt with its answer the engine scores (a little under n_ctx)
 
     @property
+    def pinned(self) -> list[tuple[int, ...]]:
+        """The prefixes the engine keeps evaluated across calls."""
+
+    @property
     def last_reused_tokens(self) -> int:
         """Prompt tokens the last `hidden_state` or `score_trie` took from the cache."""
 
@@ -25,3 +29,4 @@ class ScoringEngine(Protocol):
                    epsilon: float = 0.0) -> Any: ...
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray: ...
     def hidden_state(self, prompt: Sequence[int]) -> np.ndarray: ...
+    def score_many(self, jobs: Sequence[Any]) -> list[Any]: ...

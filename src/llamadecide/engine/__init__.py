@@ -10,14 +10,12 @@ from importlib import import_module
 # processes sharing cores (a server beside a benchmark, tests beside a build) then slow each other
 # down many times over. PASSIVE threads sleep instead; it must be set before libgomp loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# Flash attention on its row kernel at any batch size, where the loaded llama.cpp has the switch
-# (engine/batches.py, scripts/patch_llama_cpp.py); read by ggml at its first flash-attention call.
-os.environ.setdefault("GGML_CPU_FA_ROW_KERNEL", "1")
 
 _EXPORTS = {
     "Engine": "llamadecide.engine.llama_engine",
     "EngineConfig": "llamadecide.engine.config",
     "GenerationResult": "llamadecide.engine.config",
+    "Job": "llamadecide.engine.config",
     "TokenEvent": "llamadecide.engine.config",
     "TrieScores": "llamadecide.engine.config",
     "SamplingParams": "llamadecide.engine.generation",

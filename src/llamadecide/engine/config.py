@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +81,15 @@ class TrieScores:
 
 
 @dataclass(frozen=True)
-class HiddenState:
-    """The final hidden state at a prompt's last token, and how many prompt tokens came from the cache."""
+class Job:
+    """One input's work. With continuations: score them after `prefix` as a trie (and the hidden
+    state at the prefix's last token when `hidden`). Without: `prefix` is a whole prompt, of which
+    only the hidden state at its last token is wanted."""
 
-    vector: np.ndarray
-    cached_tokens: int = 0
+    prefix: Sequence[int]
+    continuations: Sequence[Sequence[int]] = ()
+    hidden: bool = False
+
+    @property
+    def members(self) -> int:
+        return max(1, len(self.continuations))

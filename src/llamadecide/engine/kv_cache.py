@@ -88,12 +88,19 @@ class KVCache:
 
     def run(self, rows: Rows, reads: dict[int, Sequence[int]] | None = None, hidden_row: int | None = None
             ) -> tuple[dict[int, dict[int, float]], np.ndarray | None]:
+        """`evaluate` with at most one hidden state to read."""
+        found, states = self.evaluate(rows, reads, () if hidden_row is None else (hidden_row,))
+        return found, states.get(hidden_row) if hidden_row is not None else None
+
+    def evaluate(self, rows: Rows, reads: dict[int, Sequence[int]] | None = None, hidden_rows: Sequence[int] = ()
+                 ) -> tuple[dict[int, dict[int, float]], dict[int, np.ndarray]]:
         """Evaluate rows in the call shapes of `batches.plan_calls`. reads: row index -> the tokens
-        whose log-probability to read from that row's output. With hidden_row, that row's hidden
-        state is read too (its call computes every row's output). The caller has made room."""
+        whose log-probability to read from that row's output. hidden_rows: rows whose hidden state
+        to read (their calls compute every row's output). The caller has made room."""
         reads = reads or {}
+        wanted = set(hidden_rows)
         found: dict[int, dict[int, float]] = {}
-        state = None
+        states: dict[int, np.ndarray] = {}
         for call in plan_calls(rows.outputs, deterministic=self.deterministic, limit=self.call_rows):
             span = range(call.start, call.end)
             outputs = [rows.outputs[i] or i in call.extra_outputs for i in span]
@@ -104,11 +111,11 @@ class KVCache:
                 positions = positions + list(range(call.padding))
                 seq_ids = seq_ids + [(self.scratch,)] * call.padding
                 outputs = outputs + [any(outputs)] * call.padding
-            hidden = hidden_row is not None and call.start <= hidden_row < call.end
+            hidden = [i for i in span if i in wanted]
             if hidden:
                 outputs = [True] * len(outputs)  # what llama.cpp computes anyway with hidden states on
             try:
-                self.decoder.decode(tokens, positions, seq_ids, outputs, padding=call.padding, hidden=hidden)
+                self.decoder.decode(tokens, positions, seq_ids, outputs, padding=call.padding, hidden=bool(hidden))
             except RuntimeError:
                 self.clear()  # the cache's state is no longer known
                 raise
@@ -119,9 +126,9 @@ class KVCache:
                 if i in reads:
                     row = self.decoder.logprobs(i - call.start)
                     found[i] = {token: float(row[token]) for token in reads[i]}
-            if hidden:
-                state = self.decoder.hidden(hidden_row - call.start)
-        return found, state
+            for i in hidden:
+                states[i] = self.decoder.hidden(i - call.start)
+        return found, states
 
     def decode_next(self, token: int) -> None:
         """Append one token to sequence 0 and compute its logits, in a call of its own (generation:
@@ -209,19 +216,51 @@ class KVCache:
             self._exact = min(self._exact, length)
 
     @contextmanager
-    def working(self, members: int) -> Iterator[list[int]]:
+    def working(self, members: int, *, from_prompt: bool = True) -> Iterator[list[int]]:
         """Working sequences 1..members, each holding sequence 0's cells for the duration (on a
-        unified cache a copy only tags cells); removed afterwards with every cell only they hold."""
+        unified cache a copy only tags cells), or nothing; removed afterwards with every cell only
+        they hold (the top of the cache)."""
         if members > self.max_working:
             raise ValueError(f"at most {self.max_working} working sequences")
         ids = list(range(1, members + 1))
-        for s in ids:
+        for s in ids if from_prompt else ():
             llama_cpp.llama_memory_seq_cp(self._memory, PROMPT, s, -1, -1)
         try:
             yield ids
         finally:
             for s in ids:
                 llama_cpp.llama_memory_seq_rm(self._memory, s, -1, -1)
+
+    # -- many prompts at once -------------------------------------------------------------------
+
+    def pin_source(self, tokens: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
+        """The pin holding the longest prefix of `tokens`, and that length (None, 0: none)."""
+        best: tuple[tuple[int, ...] | None, int] = (None, 0)
+        for key in self._pins:
+            length = common_prefix_length(key, tokens)
+            if length > best[1]:
+                best = (key, length)
+        return best
+
+    def pin_cells(self, keys) -> int:
+        return sum(len(key) for key in keys if key is not None)
+
+    def make_working_room(self, cells: int, keep: set) -> None:
+        """Room for `cells` working cells (and a padded call's scratch rows) beside the pins in
+        `keep`: sequence 0's cells go first, then least-recently-used pins not kept."""
+        if self.free >= cells + MIN_CALL_ROWS:
+            return
+        self.trim(0)
+        for key in [k for k in self._pins if k not in keep]:
+            if self.free >= cells + MIN_CALL_ROWS:
+                return
+            self._evict(key)
+
+    def share(self, key: tuple[int, ...], length: int, sequences: Sequence[int]) -> None:
+        """Give each sequence a pin's first `length` cells (tags them: nothing is copied)."""
+        self._pins.move_to_end(key)
+        for s in sequences:
+            llama_cpp.llama_memory_seq_cp(self._memory, self._pins[key], s, 0, length)
 
     # -- pins -----------------------------------------------------------------------------------
 

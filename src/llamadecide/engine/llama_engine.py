@@ -15,8 +15,9 @@ import numpy as np
 from llama_cpp import _internals as internals
 from llama_cpp import _logger as llama_logger
 
-from llamadecide.engine.batches import Decoder, max_call_rows
-from llamadecide.engine.config import EngineConfig, GenerationResult, TokenEvent, TrieScores
+from llamadecide.engine.batched import BatchScorer
+from llamadecide.engine.batches import FA_ROW_KERNEL, Decoder, max_call_rows
+from llamadecide.engine.config import EngineConfig, GenerationResult, Job, TokenEvent, TrieScores
 from llamadecide.engine.generation import SamplingParams, generate_tokens
 from llamadecide.engine.kv_cache import KVCache
 from llamadecide.engine.model_files import file_sha256, gguf_problem
@@ -45,6 +46,9 @@ class Engine:
         if not path.is_file():
             raise ModelLoadError(f"model file not found: {path}")
         llama_logger.set_verbose(config.verbose)
+        # Deterministic scoring keeps flash attention on its row kernel at any batch size, where the
+        # loaded llama.cpp has the switch (`batches.max_call_rows`); ggml reads it once per process.
+        os.environ.setdefault(FA_ROW_KERNEL, "1" if config.deterministic else "0")
         _init_backend()
         self._lock = threading.RLock()
         problem = gguf_problem(path)
@@ -98,6 +102,7 @@ class Engine:
         n_params = llama_cpp.llama_model_n_params(self._model.model)
         output_share = self.n_vocab * llama_cpp.llama_model_n_embd(self._model.model) / max(n_params, 1)
         self._scorer = Scorer(self._kv, call_cost_rows=config.call_cost_rows, output_share=output_share)
+        self._batch_scorer = BatchScorer(self._kv, self._scorer)
         self.tokenizer = Tokenizer(self._model, template_override=config.chat_template, model_label=path.name)
         self._sha256: str | None = None
 
@@ -221,6 +226,12 @@ class Engine:
         frontier are NaN."""
         with self._lock:
             return self._scorer.score_trie(prefix, continuations, hidden=hidden, epsilon=epsilon)
+
+    def score_many(self, jobs: Sequence[Job]) -> list[TrieScores]:
+        """Many inputs' tries and hidden states in shared calls (`batched.Job`); each input's scores
+        equal those it gets alone."""
+        with self._lock:
+            return self._batch_scorer.score_many(jobs)
 
     def hidden_state(self, prompt: Sequence[int]) -> np.ndarray:
         """The final hidden state at the prompt's last token (after the output norm)."""

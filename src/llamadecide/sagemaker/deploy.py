@@ -179,16 +179,21 @@ class Deployer:
         return {"resource": resource, "policy_arn": policy.get("PolicyARN")}
 
     def batch(self, *, job_name: str, model_name: str, input_s3: str, output_s3: str, instance_type: str = "ml.c5.xlarge",
-              instance_count: int = 1, max_payload_mb: int = 6) -> dict:
-        """Offline bulk decisions: a JSON Lines file in S3, one decision body per line, each sent to
-        /invocations; results are assembled line by line."""
+              instance_count: int = 1, max_payload_mb: int = 1, timeout_s: int = 3600) -> dict:
+        """Offline bulk decisions: JSON Lines files in S3, one decision body per line. SageMaker sends
+        /invocations as many whole lines as fit `max_payload_mb` at once (MultiRecord; 1 MB, the
+        least it takes, is well under the server's 6 MB body limit), the server decides them in
+        shared engine calls and answers a line per record, and the output is assembled line by line.
+        A payload may hold thousands of short records, so each invocation may take up to `timeout_s`
+        (SageMaker's most: one hour)."""
         if not (input_s3.startswith("s3://") and output_s3.startswith("s3://")):
             raise DeployError("batch input and output must be s3:// URLs")
         self._call("create transform job", self.sagemaker.create_transform_job, TransformJobName=job_name, ModelName=model_name,
-                   BatchStrategy="SingleRecord", MaxPayloadInMB=max_payload_mb,
+                   BatchStrategy="MultiRecord", MaxPayloadInMB=max_payload_mb,
+                   ModelClientConfig={"InvocationsTimeoutInSeconds": timeout_s, "InvocationsMaxRetries": 1},
                    TransformInput={"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": input_s3}},
-                                   "ContentType": "application/json", "SplitType": "Line"},
-                   TransformOutput={"S3OutputPath": output_s3, "Accept": "application/json", "AssembleWith": "Line"},
+                                   "ContentType": "application/jsonlines", "SplitType": "Line"},
+                   TransformOutput={"S3OutputPath": output_s3, "Accept": "application/jsonlines", "AssembleWith": "Line"},
                    TransformResources={"InstanceType": instance_type, "InstanceCount": instance_count})
         return {"job": job_name, "output": output_s3}
 

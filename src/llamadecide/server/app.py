@@ -42,7 +42,8 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.scheduler = EngineScheduler(settings.queue_size, time_limit=settings.request_timeout or None)
+        self.scheduler = EngineScheduler(settings.queue_size, time_limit=settings.request_timeout or None,
+                                         batch_size=settings.decision_batch)
         self.metrics = Metrics(lambda: self.scheduler.depth)
         self.problog = ProbabilityLog(settings.probability_log) if settings.probability_log else None
         self.services: Services | None = None

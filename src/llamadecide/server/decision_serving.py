@@ -9,7 +9,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from llamadecide.decisions import PROMPT_FORMAT_VERSION, Answer, Decider, Decision, Question, Scoring, choice, predicate, score
+from llamadecide.decisions import (PROMPT_FORMAT_VERSION, Answer, Decider, Decision, DecisionInput, Question, Scoring,
+                                   choice, predicate, score)
 from llamadecide.decisions.work import Limits
 from llamadecide.errors import InvalidRequestError, UnsupportedError
 from llamadecide.server.protocol import decisions as oa
@@ -218,6 +219,13 @@ class DecisionServing:
     def run(self, prepared: Prepared, cancelled: threading.Event | None = None) -> Decision:
         limits = Limits(self.max_request_rows, cancelled.is_set if cancelled is not None else None)
         return self.decider.decide(prepared.state, prepared.questions, scoring=prepared.scoring, limits=limits)
+
+    def run_many(self, prepared: Sequence[Prepared], jobs: Sequence[Any]) -> list[Decision | Exception]:
+        """Many requests' decisions in shared engine calls (`Decider.decide_many`), each what it is
+        alone, with its own work bound and cancellation (`jobs[i].cancelled`)."""
+        return self.decider.decide_many([
+            DecisionInput(p.state, p.questions, p.scoring, Limits(self.max_request_rows, job.cancelled.is_set))
+            for p, job in zip(prepared, jobs)])
 
     # -- format -------------------------------------------------------------------------------
 

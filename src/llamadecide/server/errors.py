@@ -61,6 +61,20 @@ def domain_error_response(exc: LlamaDecideError) -> JSONResponse:
     return error_response(500, exc.message, "server_error")
 
 
+def error_record(exc: Exception) -> dict:
+    """An error as one record of a JSON Lines answer: the envelope, with the status it would have had."""
+    if isinstance(exc, LlamaDecideError):
+        response = domain_error_response(exc)
+        return {**json.loads(response.body), "status": response.status_code}
+    if isinstance(exc, APIError):
+        return {**error_body(exc.message, exc.type, exc.param, exc.code), "status": exc.status}
+    if isinstance(exc, RequestValidationError):
+        message, param = validation_message(exc)
+        return {**error_body(message, "invalid_request_error", param), "status": 400}
+    log.exception("a JSON Lines record failed", exc_info=exc)
+    return {**error_body("internal error", "server_error"), "status": 500}
+
+
 def body_path(loc: tuple, body: object) -> list[str]:
     """A pydantic error location as a path in the client's body: union-branch tags that
     pydantic inserts (e.g. `choice` in questions.0.choice.choices) are not keys of the body."""

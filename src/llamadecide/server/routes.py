@@ -23,7 +23,8 @@ def _runtime(request: Request):
     return request.app.state.runtime
 
 
-def _record(request: Request, route: str, prepared: Prepared, decision: Decision) -> None:
+def record_decision(request: Request, route: str, prepared: Prepared, decision: Decision) -> None:
+    """Count a decision in the metrics and append it to the probability log."""
     runtime = _runtime(request)
     services = runtime.ready()
     runtime.metrics.tokens.labels("scored").inc(decision.prompt_tokens)
@@ -42,16 +43,16 @@ def _record(request: Request, route: str, prepared: Prepared, decision: Decision
 
 
 async def _run_decision(request: Request, services, prepared: Prepared) -> Decision:
+    """The decision on the engine thread, sharing its calls with the other decisions waiting then."""
     scheduler = _runtime(request).scheduler
-    job = scheduler.new_job()
-    return await scheduler.run(services.decisions.run, prepared, job.cancelled, job=job, disconnected=request.is_disconnected)
+    return await scheduler.run_shared(services.decisions.run_many, prepared, disconnected=request.is_disconnected)
 
 
 async def handle_decisions(request: Request, body: DecisionRequest) -> dict:
     services = _runtime(request).ready()
     prepared = services.decisions.prepare_openai(body)
     decision = await _run_decision(request, services, prepared)
-    _record(request, "/v1/decisions", prepared, decision)
+    record_decision(request, "/v1/decisions", prepared, decision)
     return services.decisions.format_openai(prepared, decision)
 
 
@@ -59,7 +60,7 @@ async def handle_systemone(request: Request, body: SystemOneRequest) -> dict:
     services = _runtime(request).ready()
     prepared, ids, legends = services.decisions.prepare_systemone(body)
     decision = await _run_decision(request, services, prepared)
-    _record(request, "/v1/systemone", prepared, decision)
+    record_decision(request, "/v1/systemone", prepared, decision)
     return services.decisions.format_systemone(prepared, ids, legends, decision)
 
 

@@ -1,14 +1,16 @@
-"""SageMaker real-time hosting: `GET /ping` and `POST /invocations`.
+"""SageMaker hosting: `GET /ping` and `POST /invocations`.
 
 /invocations takes the bodies of the other routes and dispatches on their shape, or on
-`route=/v1/...` in the X-Amzn-SageMaker-Custom-Attributes header. Neither route checks the API
-key: SageMaker authenticates callers itself and forwards no Authorization header.
+`route=/v1/...` in the X-Amzn-SageMaker-Custom-Attributes header. With a JSON Lines body
+(`application/jsonlines`, what batch transform sends with `BatchStrategy=MultiRecord`) it takes one
+decision request per line, decides them in shared engine calls, and answers one line per record,
+in order; a line that cannot be decided is an error line of its own and never fails the others.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
@@ -16,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from llamadecide.errors import InvalidRequestError
+from llamadecide.server.errors import error_record
 from llamadecide.server import routes
 from llamadecide.server.protocol.chat import ChatCompletionRequest, CompletionRequest
 from llamadecide.server.protocol.decisions import DecisionRequest
@@ -68,9 +71,15 @@ async def ping(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+JSON_LINES = ("application/jsonlines", "application/x-jsonlines", "application/jsonl", "application/x-ndjson")
+DECISION_ROUTES = ("/v1/decisions", "/v1/systemone")
+
+
 @router.post("/invocations")
 async def invocations(request: Request) -> Response:
     raw = await request.body()
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() in JSON_LINES:
+        return await _invocations_lines(request, raw)
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -85,3 +94,51 @@ async def invocations(request: Request) -> Response:
         raise RequestValidationError(exc.errors(include_url=False), body=body) from None
     result = await handler(request, parsed)
     return result if isinstance(result, Response) else JSONResponse(result)
+
+
+async def _invocations_lines(request: Request, raw: bytes) -> Response:
+    runtime = request.app.state.runtime
+    services = runtime.ready()
+    header_route = custom_route(request.headers.get("x-amzn-sagemaker-custom-attributes"))
+    lines = [line for line in raw.decode("utf-8", errors="replace").splitlines() if line.strip()]
+    records: list[dict | None] = [None] * len(lines)
+    waiting: list[tuple[int, str, Any, Callable[[Any], dict]]] = []  # line, route, prepared, formatter
+    for index, line in enumerate(lines):
+        try:
+            try:
+                body = json.loads(line)
+            except json.JSONDecodeError:
+                raise InvalidRequestError(f"line {index + 1} is not valid JSON", param="body") from None
+            route = header_route or route_for(body)
+            if route not in DECISION_ROUTES:
+                raise InvalidRequestError(f"a JSON Lines body holds decision requests ({', '.join(DECISION_ROUTES)}); "
+                                          f"line {index + 1} is for {route}", param="body")
+            model, _ = ROUTES[route]
+            try:
+                parsed = model.model_validate(body)
+            except ValidationError as exc:
+                raise RequestValidationError(exc.errors(include_url=False), body=body) from None
+            if route == "/v1/decisions":
+                prepared = services.decisions.prepare_openai(parsed)
+                waiting.append((index, route, prepared, lambda d, p=prepared: services.decisions.format_openai(p, d)))
+            else:
+                prepared, ids, legends = services.decisions.prepare_systemone(parsed)
+                waiting.append((index, route, prepared,
+                                lambda d, p=prepared, i=ids, g=legends: services.decisions.format_systemone(p, i, g, d)))
+        except Exception as exc:  # noqa: BLE001 - every bad line answers on its own line
+            records[index] = error_record(exc)
+    scheduler = runtime.scheduler
+    size = max(1, scheduler.batch_size)
+    for start in range(0, len(waiting), size):  # a job per batch: other requests interleave, time limits apply per batch
+        chunk = waiting[start:start + size]
+        job = scheduler.new_job()
+        results = await scheduler.run(services.decisions.run_many, [p for _, _, p, _ in chunk], [job] * len(chunk),
+                                      job=job, disconnected=request.is_disconnected)
+        for (index, route, prepared, formatter), result in zip(chunk, results):
+            if isinstance(result, Exception):
+                records[index] = error_record(result)
+            else:
+                routes.record_decision(request, route, prepared, result)
+                records[index] = formatter(result)
+    text = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    return Response(text, media_type="application/jsonlines")

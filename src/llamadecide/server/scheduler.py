@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 from llamadecide.errors import RequestTimeoutError
 from llamadecide.server.errors import APIError
@@ -50,8 +51,18 @@ class Job:
                                    "(request_timeout); the engine moved on")
 
 
+@dataclass
+class _Shared:
+    """Work waiting to share the engine's calls with other work of its kind."""
+
+    fn: Callable[[list[Any], list["Job"]], list[Any]]
+    item: Any
+    job: "Job"
+    future: Future = field(default_factory=Future)
+
+
 class EngineScheduler:
-    def __init__(self, max_waiting: int, *, time_limit: float | None = None) -> None:
+    def __init__(self, max_waiting: int, *, time_limit: float | None = None, batch_size: int = 1) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._max_waiting = max_waiting
         self.time_limit = time_limit  # seconds a job may hold the engine (None: no limit)
@@ -59,6 +70,8 @@ class EngineScheduler:
         self._pending = 0  # waiting or running
         self._jobs: set[threading.Event] = set()  # cancellation events of admitted jobs
         self.draining = False  # set once a shutdown's drain time has run out
+        self.batch_size = batch_size  # most waiting items of one kind evaluated together (`run_shared`)
+        self._shared: deque[_Shared] = deque()
 
     @property
     def depth(self) -> int:
@@ -127,6 +140,76 @@ class EngineScheduler:
             return result
         finally:
             self._release(cancelled)
+
+    async def run_shared(self, fn: Callable[[list[Any], list[Job]], list[Any]], item: Any, *, job: Job | None = None,
+                         disconnected: Callable[[], Awaitable[bool]] | None = None) -> Any:
+        """Run `item` on the engine thread together with the other items waiting for the same `fn`
+        (continuous batching): when the engine takes the first of them, it takes up to `batch_size`
+        waiting ones and calls `fn(items, jobs)` once, which returns each item's result or exception.
+        An idle engine never waits for a batch to fill. Cancellation, time limits and drain work per
+        item as in `run`."""
+        job = job or self.new_job()
+        self._admit(job.cancelled)
+        shared = _Shared(fn, item, job)
+        try:
+            with self._lock:
+                self._shared.append(shared)
+            self._executor.submit(self._drain_shared)
+            future = asyncio.wrap_future(shared.future)
+            while True:
+                done, _ = await asyncio.wait({future}, timeout=DISCONNECT_POLL_S if disconnected else None)
+                if done:
+                    break
+                if disconnected is not None and await disconnected():
+                    job.cancelled.set()
+                    await asyncio.wait({future})
+                    raise APIError(499, "the client closed the request", type="client_closed", code="client_closed")
+            try:
+                result = future.result()
+            except Abandoned:
+                raise shutting_down() from None
+            if isinstance(result, RequestTimeoutError) or job.timed_out:
+                raise (job.timeout_error() if job.timed_out else shutting_down())
+            if isinstance(result, BaseException):
+                raise result
+            return result
+        finally:
+            self._release(job.cancelled)
+
+    def _drain_shared(self) -> None:
+        """On the engine thread: take the waiting items of the first one's kind and run them at once."""
+        with self._lock:
+            taken: list[_Shared] = []
+            kept: deque[_Shared] = deque()
+            while self._shared:
+                entry = self._shared.popleft()
+                if entry.job.cancelled.is_set():
+                    entry.future.set_exception(Abandoned())
+                elif len(taken) < self.batch_size and (not taken or entry.fn is taken[0].fn):
+                    taken.append(entry)
+                else:
+                    kept.append(entry)
+            self._shared = kept
+        if not taken:
+            return  # an earlier call took this item with its batch
+        timers = []
+        for entry in taken:
+            if entry.job.time_limit is not None:
+                timer = threading.Timer(entry.job.time_limit, entry.job.expire)
+                timer.daemon = True
+                timer.start()
+                timers.append(timer)
+        try:
+            results = taken[0].fn([e.item for e in taken], [e.job for e in taken])
+        except BaseException as exc:  # noqa: BLE001 - every waiting client gets the failure, none hangs
+            for entry in taken:
+                entry.future.set_exception(exc)
+            return
+        finally:
+            for timer in timers:
+                timer.cancel()
+        for entry, result in zip(taken, results):
+            entry.future.set_result(result)
 
     def submit_stream(self, fn: Callable[[], None], job: Job) -> "asyncio.Future[None]":
         """Admit a streaming job now (a full queue is a 503 before any response starts): `fn` runs on

@@ -1,0 +1,192 @@
+"""The variants a calibration run puts items to the model in (scoring mode, rotations, k-shot,
+prompt format), their demonstrations, and every item's scores under each, cached and resumable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from llamadecide.calibration.backends import Backend
+from llamadecide.calibration.cache import ScoreCache
+from llamadecide.calibration.data import LabelledItem, Task
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
+from llamadecide.decisions.rules import Demonstration
+
+if TYPE_CHECKING:
+    from llamadecide.calibration.run import RunConfig
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How items are put to the model: scoring mode and number of option-order rotations."""
+
+    mode: str
+    rotations: int = 1
+    shots: int = 0  # demonstrations from the labelled part put before each item
+    layout: str = PROMPT_FORMAT_VERSION
+
+    @property
+    def label(self) -> str:
+        return (f"{self.mode} mode" + (f", {self.layout}" if self.layout != PROMPT_FORMAT_VERSION else "")
+                + (f", {self.rotations} rotations" if self.rotations > 1 else "")
+                + (f", {self.shots}-shot" if self.shots else ""))
+
+
+@dataclass
+class VariantScores:
+    L: np.ndarray  # items x options: log-likelihoods
+    lengths: np.ndarray | None  # token counts (local backend)
+    hidden: np.ndarray | None  # items x hidden size, at the answer position (local backend)
+    content_free: tuple[np.ndarray, np.ndarray | None] | None  # rows on content-free inputs, their lengths
+    demonstrations: tuple[Demonstration, ...] = ()  # shown before every item (k-shot variants)
+    texts: list[str] | None = None  # every item's input as the model sees it (for a head's lexical expert)
+    shown: tuple[int, ...] = ()  # the items shown as demonstrations (question-first: never scored)
+
+
+def _cache_mode(variant: Variant, hidden: bool, demonstrations: tuple[Demonstration, ...] = ()) -> str:
+    mode = variant.mode if variant.rotations == 1 else f"{variant.mode}|rotations={variant.rotations}"
+    if variant.layout != PROMPT_FORMAT_VERSION:
+        mode += f"|layout={variant.layout}"
+    if demonstrations:
+        shown = json.dumps([[d.input, d.option] for d in demonstrations])
+        mode += f"|demonstrations={hashlib.sha256(shown.encode()).hexdigest()[:16]}"
+    return mode + ("|hidden" if hidden else "")
+
+
+def variants_for(task: Task, config: "RunConfig", *, demonstrations: bool = True) -> list[Variant]:
+    """The default mode first; the other mode with --compare-modes; labels mode with rotations;
+    the default mode with demonstrations (k-shot) where the backend can show them."""
+    default_mode = config.only_mode or task.question().mode
+    modes = [default_mode] + ([m for m in ("text", "labels") if m != default_mode] if config.compare_modes else [])
+    found = [Variant(m) for m in modes]
+    if config.rotations > 1 and task.type != "score" and "labels" in modes:
+        found.append(Variant("labels", min(config.rotations, len(task.options))))
+    if config.shots > 0 and demonstrations:
+        found.append(Variant(default_mode, shots=config.shots))
+    for layout in (config.layouts if demonstrations else ()):
+        if layout in QUESTION_FIRST_FORMATS:
+            found.append(Variant(default_mode, layout=layout))
+            found.extend(Variant(default_mode, shots=n * len(task.options), layout=layout)
+                         for n in sorted(set(config.shots_per_class)) if n > 0)
+    return found
+
+
+def demonstration_items(scored: dict[Variant, "VariantScores"]) -> np.ndarray:
+    """Items shown as demonstrations in a question-first variant's shared prefix: no variant is
+    fitted or measured on them (that variant could not be: they are part of its prompt)."""
+    return np.array(sorted({i for variant, data in scored.items() if variant.layout in QUESTION_FIRST_FORMATS
+                            for i in data.shown}), dtype=int)
+
+
+def choose_demonstrations(items: list[LabelledItem], y: np.ndarray, pool: np.ndarray, shots: int,
+                          seed: int = 0) -> list[int]:
+    """`shots` labelled items to show before every question: the classes taken in turn (a seeded
+    order), each time a random item of that class, from its shorter half while it lasts (a short
+    prefix keeps the prompt cheap), so the answers shown are balanced and interleaved."""
+    rng = np.random.default_rng(seed)
+    by_class: dict[int, list[int]] = {}
+    for i in pool:
+        by_class.setdefault(int(y[i]), []).append(int(i))
+    for c, members in by_class.items():
+        members.sort(key=lambda i: (len(items[i].text), i))
+        half = (len(members) + 1) // 2
+        by_class[c] = list(rng.permutation(members[:half])) + list(rng.permutation(members[half:]))
+    classes = list(rng.permutation(sorted(by_class)))
+    chosen: list[int] = []
+    while len(chosen) < shots and any(by_class.values()):
+        for c in classes:
+            if by_class[c] and len(chosen) < shots:
+                chosen.append(int(by_class[c].pop(0)))
+    return chosen
+
+
+BATCH_ITEMS = 16  # items handed to the backend at once (the local engine shares its calls among them)
+
+
+def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, config: "RunConfig",
+                   cache: ScoreCache, *, pool: np.ndarray | None = None) -> dict[Variant, VariantScores]:
+    """Every variant's scores for the used items (rows of the unused items stay zero), variant by
+    variant, many items per backend call (the local engine evaluates them in shared calls, each as
+    alone); hidden states are read once per prompt (mode and demonstrations), in the scoring calls.
+    k-shot demonstrations come from `pool` (the labelled part); an item that is itself a
+    demonstration is scored with the others only. Resumable: every item's scores are cached."""
+    variants = variants_for(task, config, demonstrations=backend.supports_demonstrations and pool is not None)
+    want_hidden = config.head and backend.supports_hidden
+    hidden_variant: dict[Variant, bool] = {}
+    prompts_with_hidden: set[tuple[str, int, str]] = set()
+    for variant in variants:
+        prompt = (variant.mode, variant.shots, variant.layout)
+        hidden_variant[variant] = want_hidden and prompt not in prompts_with_hidden
+        if hidden_variant[variant]:
+            prompts_with_hidden.add(prompt)
+    shown: dict[Variant, list[int]] = {v: [] for v in variants}  # item indices of each variant's demonstrations
+    demonstrations: dict[Variant, tuple[Demonstration, ...]] = {v: () for v in variants}
+    if any(v.shots for v in variants):
+        y = np.array([task.gold_index(item.label) for item in items])
+        for variant in (v for v in variants if v.shots):
+            shown[variant] = choose_demonstrations(items, y, pool, variant.shots, config.seed)
+            demonstrations[variant] = tuple(Demonstration(items[i].text, int(y[i])) for i in shown[variant])
+    questions = {v: task.question(v.mode) for v in variants}
+    identity = backend.identity()
+    k = len(task.options)
+    L = {v: np.zeros((len(items), k)) for v in variants}
+    lengths: dict[Variant, np.ndarray | None] = {v: np.ones((len(items), k)) for v in variants}
+    hidden: dict[tuple[str, int, str], np.ndarray] = {}
+    def record(variant: Variant, i: int, scores) -> None:
+        L[variant][i] = scores.logprobs
+        if scores.n_tokens is None:
+            lengths[variant] = None
+        elif lengths[variant] is not None:
+            lengths[variant][i] = scores.n_tokens
+        if scores.hidden is not None:
+            hidden.setdefault((variant.mode, variant.shots, variant.layout),
+                              np.zeros((len(items), len(scores.hidden))))[i] = scores.hidden
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  disable=not config.show_progress) as progress:
+        for variant in variants:
+            bar = progress.add_task(f"scoring ({variant.label})", total=len(used))
+            # Items not in the cache, grouped by the demonstrations shown before them (an item that is
+            # itself a demonstration is shown the others), scored BATCH_ITEMS at a time.
+            pending: dict[tuple[Demonstration, ...], list[tuple[int, str]]] = {}
+            for i in used:
+                if variant.layout in QUESTION_FIRST_FORMATS and i in shown[variant]:
+                    progress.advance(bar)
+                    continue  # part of this variant's prompt: never scored (see demonstration_items)
+                own = tuple(d for j, d in zip(shown[variant], demonstrations[variant]) if j != i)
+                key = cache.key(identity, PROMPT_FORMAT_VERSION, _cache_mode(variant, hidden_variant[variant], own),
+                                task.fingerprint(), items[i].text)
+                scores = cache.get(key)
+                if scores is None:
+                    pending.setdefault(own, []).append((int(i), key))
+                else:
+                    record(variant, int(i), scores)
+                    progress.advance(bar)
+            for own, members in pending.items():
+                for start in range(0, len(members), BATCH_ITEMS):
+                    chunk = members[start:start + BATCH_ITEMS]
+                    results = backend.score_many([items[i].text for i, _ in chunk], questions[variant],
+                                                 rotations=variant.rotations, hidden=hidden_variant[variant],
+                                                 demonstrations=own, layout=variant.layout)
+                    for (i, key), scores in zip(chunk, results):
+                        cache.put(key, scores)
+                        record(variant, i, scores)
+                    cache.commit()
+                    progress.advance(bar, len(chunk))
+    cache.commit()
+    scored: dict[Variant, VariantScores] = {}
+    texts = [item.text for item in items]  # strings: the model sees them verbatim (prompt.render_state)
+    for variant in variants:
+        content_free = (backend.content_free(questions[variant], rotations=variant.rotations,
+                                             demonstrations=demonstrations[variant], layout=variant.layout)
+                        if config.prior_correction else None)
+        variant_hidden = hidden.get((variant.mode, variant.shots, variant.layout))
+        scored[variant] = VariantScores(L[variant], lengths[variant], variant_hidden, content_free, demonstrations[variant],
+                                        texts if variant_hidden is not None and config.lexical else None,
+                                        tuple(shown[variant]))
+    return scored

@@ -1,0 +1,121 @@
+"""Many prompts per call: several inputs' prompt tails, their hidden states and their answer
+tries evaluated in the same llama_decode calls, each on working sequences of its own that share a
+pinned prefix by reference. In the engine's deterministic call shapes every row's numbers are its
+own, so each input's scores equal those it gets alone (`Scorer.score_trie`, `Scorer.hidden_state`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from llamadecide.engine.batches import MIN_CALL_ROWS, Rows
+from llamadecide.engine.config import Job, TrieScores
+from llamadecide.engine.kv_cache import KVCache
+from llamadecide.engine.scoring import Scorer, check_fits
+from llamadecide.engine.trie import build_trie, gather, trie_rows
+from llamadecide.errors import InvalidRequestError
+
+
+@dataclass
+class _Planned:
+    index: int
+    job: Job
+    source: tuple[int, ...] | None
+    reuse: int
+    cells: int
+    ids: list[int] = field(default_factory=list)
+
+
+class BatchScorer:
+    def __init__(self, kv: KVCache, scorer: Scorer) -> None:
+        self.kv = kv
+        self.scorer = scorer
+
+    def score_many(self, jobs: Sequence[Job]) -> list[TrieScores]:
+        """Every job's scores, in order; as many jobs per group of calls as the working sequences
+        and the KV cells allow. A job too large to share (more continuations than working
+        sequences, or more cells than the context) is scored alone."""
+        kv = self.kv
+        results: list[TrieScores | None] = [None] * len(jobs)
+        group: list[_Planned] = []
+        for index, job in enumerate(jobs):
+            self._check(job)
+            source, reuse = kv.pin_source(job.prefix[:-1])
+            cells = len(job.prefix) - 1 - reuse + (trie_rows(job.continuations) if job.continuations else 1)
+            planned = _Planned(index, job, source, reuse, cells)
+            if job.members > kv.max_working or cells + kv.pin_cells({source}) + MIN_CALL_ROWS > kv.n_ctx:
+                results[index] = self._alone(job)
+                continue
+            if group and not self._fits(group + [planned]):
+                self._run(group, results)
+                group = []
+            group.append(planned)
+        if group:
+            self._run(group, results)
+        return [result for result in results if result is not None]  # every job has one
+
+    def _check(self, job: Job) -> None:
+        if not job.prefix:
+            raise InvalidRequestError("the prompt is empty")
+        if any(len(c) == 0 for c in job.continuations):
+            raise InvalidRequestError("every continuation needs at least one token")
+        longest = max((len(c) for c in job.continuations), default=0)
+        check_fits(self.kv.n_ctx, len(job.prefix) + longest, "the prompt with its longest answer")
+
+    def _fits(self, group: list[_Planned]) -> bool:
+        members = sum(p.job.members for p in group)
+        cells = sum(p.cells for p in group) + self.kv.pin_cells({p.source for p in group})
+        return members <= self.kv.max_working and cells + MIN_CALL_ROWS <= self.kv.n_ctx
+
+    def _alone(self, job: Job) -> TrieScores:
+        if job.continuations:
+            return self.scorer.score_trie(job.prefix, job.continuations, hidden=job.hidden)
+        state = self.scorer.hidden_state(job.prefix)
+        return TrieScores([], state, cached_tokens=self.kv.last_reused)
+
+    def _run(self, group: list[_Planned], results: list[TrieScores | None]) -> None:
+        kv = self.kv
+        kv.make_working_room(sum(p.cells for p in group), {p.source for p in group})
+        for p in group:  # making room may have evaluated pins again: look their cells up afresh
+            p.source, p.reuse = kv.pin_source(p.job.prefix[:-1])
+        with kv.working(sum(p.job.members for p in group), from_prompt=False) as ids:
+            start = 0
+            for p in group:
+                p.ids, start = ids[start:start + p.job.members], start + p.job.members
+                if p.source is not None:
+                    kv.share(p.source, p.reuse, p.ids)
+            # Every input's prompt tail first, then every last prompt token and answer trie, so that a
+            # call reading hidden states (it computes every row's output) holds few rows needing none.
+            tails = Rows()
+            for p in group:
+                tails.extend(p.job.prefix[p.reuse:-1], p.reuse, p.ids)
+            wants_hidden = any(p.job.hidden or not p.job.continuations for p in group)
+            split = wants_hidden and not self.scorer.outputs_cost_less(len(tails))
+            rows = Rows() if split else tails
+            reads: dict[int, dict[int, int]] = {}
+            hidden_rows: dict[int, int] = {}  # job index -> row
+            node_rows: dict[int, tuple[list, dict[int, int]]] = {}  # job index -> (trie, node -> row)
+            for p in group:
+                base = len(p.job.prefix) - 1
+                if not p.job.continuations:
+                    hidden_rows[p.index] = rows.add(p.job.prefix[-1], base, p.ids, output=True)
+                    continue
+                trie = build_trie(p.job.prefix[-1], p.job.continuations)
+                placed = {}
+                for i, node in enumerate(trie):
+                    if node.children:
+                        placed[i] = rows.add(node.token, base + node.depth, [p.ids[m] for m in node.members], output=True)
+                        reads[placed[i]] = node.children
+                if p.job.hidden:
+                    hidden_rows[p.index] = placed[0]
+                node_rows[p.index] = (trie, placed)
+            if split:
+                kv.evaluate(tails)
+            found, states = kv.evaluate(rows, reads, list(hidden_rows.values()))
+        for p in group:
+            state = states[hidden_rows[p.index]] if p.index in hidden_rows else None
+            scored: list = []
+            if p.index in node_rows:
+                trie, placed = node_rows[p.index]
+                scored = gather(trie, p.job.continuations, {i: found[row] for i, row in placed.items()})
+            results[p.index] = TrieScores(scored, state, cached_tokens=p.reuse)
