@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -164,3 +165,38 @@ def test_a_calibrate_output_folder_is_served_as_it_is(local_run):
         assert httpx.get(f"{server.url}/ping", timeout=10).status_code == 200
         answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]
         assert answer["calibrated"] is True and answer["profile"] == profile.name
+
+
+def test_scoring_plans_within_a_row_budget():
+    from llamadecide.calibration.variants import Variant, plan_scoring
+
+    used = np.arange(1000)
+    cheap, many = Variant("text", layout="llamadecide-3"), Variant("text")
+    costs = {many: (700.0, 650.0), cheap: (400.0, 30.0)}
+    everything = plan_scoring([many, cheap], costs, used, (used[:700], used[700:]), 10**7, {cheap}, 0)
+    assert all(len(idx) == 1000 for idx in everything.answered.values()) and not everything.hidden_variants
+    tight = plan_scoring([many, cheap], costs, used, (used[:700], used[700:]), 150_000, {cheap}, 0)
+    assert tight.left_out == (many,) and tight.hidden_variants == (cheap,)
+    assert len(tight.answered[cheap]) == 200 and tight.rows <= 150_000
+    assert sum(i < 700 for i in tight.answered[cheap]) == 140  # both parts alike
+
+
+def test_over_its_budget_a_run_compares_every_candidate_on_the_answered_items(tmp_path, engine):
+    """A 77-option task over its budget: the state-first variant left out, answers on a subsample,
+    hidden states alone on every item; a head on the hidden state is fitted on every calibration item,
+    every candidate measured on the same answered folds."""
+    banking = AGNEWS.parents[1] / "banking77" / "test.csv"
+    task = load_task("banking77")
+    items = read_labelled(banking, text_column="text", label_column="category")[::50][:40]
+    config = RunConfig(out_dir=tmp_path / "run", calibration_size=30, test_size=10, show_progress=False,
+                       layouts=("llamadecide-1", "llamadecide-3"), shots_per_class=(), lexical=False, prior_correction=False,
+                       row_budget=15000, min_answered=16)
+    summary = calibrate(LocalBackend(engine), task, items, config)
+    plan = summary["scoring"]
+    assert plan["left_out"] == ["text mode"] and plan["hidden_state_on_every_item"] == ["text mode, llamadecide-3"]
+    assert plan["answers_scored"] == {"text mode, llamadecide-3": 16}
+    held_out = {r["cv_items"] for r in summary["candidates"]}
+    assert len(held_out) == 1 and held_out.pop() < 30
+    hidden_heads = [r for r in summary["candidates"] if r["features"] == "hidden-1"]
+    assert hidden_heads and all(r["fit_items"] == 30 for r in hidden_heads)
+    assert summary["test"]["calibrated"]["n"] == 10 or summary["chosen"]["features"] != "hidden-1"

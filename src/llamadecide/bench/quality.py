@@ -221,7 +221,8 @@ def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, conso
     rotations = args.rotations if len(task.options) <= args.max_rotated_options else 1
     config = RunConfig(out_dir=args.out, compare_modes=len(args.modes) > 1, rotations=rotations, shots=args.shots,
                        show_progress=not args.quiet, only_mode=None if len(args.modes) > 1 else args.modes[0],
-                       layouts=tuple(args.layouts), shots_per_class=tuple(args.shots_per_class))
+                       layouts=tuple(args.layouts), shots_per_class=tuple(args.shots_per_class),
+                       row_budget=None)  # every method on every item: the bench compares them all
     cache = ScoreCache(args.out / f"cache-{model}-{name}.sqlite")
     began = time.perf_counter()
     try:

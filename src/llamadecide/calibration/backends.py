@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from llamadecide.decisions import Decider, Question
+from llamadecide.decisions import Decider, Question, Scoring
 from llamadecide.decisions.rules import Demonstration
 from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
@@ -56,6 +56,15 @@ class LocalBackend:
         logprobs, lengths, state = self.decider.scores(text, question, rotations=rotations, hidden=hidden,
                                                        demonstrations=demonstrations, layout=layout)
         return ItemScores(logprobs, lengths, state)
+
+    def cost(self, text: str, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
+             layout: str = PROMPT_FORMAT_VERSION) -> tuple[float, float]:
+        """Evaluated rows per item like `text`, (answers, hidden state alone), each row weighted by the
+        pinned prefix it attends to (on the CPU a row over a 3,000-token prefix costs about three)."""
+        answer_rows, prompt_rows, pinned = self.decider.cost(
+            text, question, Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout))
+        weight = 1.0 + pinned / 1500
+        return answer_rows * weight, prompt_rows * weight
 
     def score_many(self, texts: list[str], question: Question, *, rotations: int = 1, hidden: bool = False,
                    demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION,

@@ -6,6 +6,7 @@ lexical expert on the input text."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -105,7 +106,9 @@ def _fit_logistic(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
     scale = X.std(0)
     scale[scale < 1e-8] = 1.0
     model = LogisticRegression(C=C, max_iter=2000)
-    model.fit((X - mean) / scale, y)
+    with warnings.catch_warnings():  # many options, few labels: class indices, not a regression target
+        warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%")
+        model.fit((X - mean) / scale, y)
     coef = np.atleast_2d(model.coef_)
     intercept = np.atleast_1d(model.intercept_)
     if len(model.classes_) == 2 and coef.shape[0] == 1:

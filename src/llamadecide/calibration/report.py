@@ -36,6 +36,13 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
                       f"{selection['compared']} compared on the same folds of {', '.join(map(str, selection['items']))} items. "
                       f"Chosen, cross-validated → test: accuracy {chosen['cv_accuracy']:.3f} → {cal['accuracy']:.3f}, "
                       f"NLL {chosen['cv_nll']:.4f} → {cal['nll']:.4f}")
+    plan = summary.get("scoring") or {}
+    if plan.get("left_out") or plan.get("hidden_state_on_every_item"):
+        answered = ", ".join(f"{label}: {n}" for label, n in plan["answers_scored"].items())
+        console.print(f"within the row budget ({plan['row_budget']:,}, about {plan['estimated_rows']:,} used): answers "
+                      f"scored for {answered} items; hidden states alone on every item in "
+                      f"{', '.join(plan['hidden_state_on_every_item']) or 'none'}; left out: "
+                      f"{', '.join(plan['left_out']) or 'none'} (--row-budget 0 scores everything)")
     cost = summary.get("cost")
     if cost:
         console.print(f"cost: {cost['items']} items x {cost['variants']} variants scored in {cost['scoring_s']:.0f} s "

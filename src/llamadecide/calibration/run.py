@@ -15,11 +15,11 @@ from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import Backend
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.fitting import Calibrator, HeadCalibrator
+from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrator
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, HeadParams
 from llamadecide.calibration.report import write_html
-from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, select
+from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, select, usable
 from llamadecide.calibration.thresholds import (conformal_quantile, conformal_report, evaluate_threshold, reachable,
                                                 select_threshold)
 from llamadecide.calibration.variants import (Variant, VariantScores, choose_demonstrations, demonstration_items,
@@ -53,6 +53,11 @@ class RunConfig:
     # (many-shot: they live in the shared prefix).
     layouts: tuple[str, ...] = PROMPT_FORMATS
     shots_per_class: tuple[int, ...] = (1,)
+    # Most evaluated rows (weighted by the pinned prefix they attend to) the scoring may cost, about
+    # ten minutes on 2 CPU cores with the default model; over it, the costliest variants are left out
+    # and many-option answers scored on a subsample (`variants.plan_scoring`). None: no limit.
+    row_budget: int | None = 180_000
+    min_answered: int = 200  # over the budget, answers are scored on a subsample of at least this many items
     bins: int = 15
     bootstrap_rounds: int = 200
     profile_name: str | None = None
@@ -82,29 +87,36 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     began = time.perf_counter()
     cache = ScoreCache(out / "cache.sqlite")
     try:
-        scored = score_variants(backend, task, items, used, config, cache, pool=cal_idx)
+        scoring_plan: dict = {}
+        scored = score_variants(backend, task, items, used, config, cache, pool=cal_idx, split_parts=(cal_idx, test_idx),
+                                report=scoring_plan)
     finally:
         cache.close()
     scoring_s = time.perf_counter() - began
     shown = demonstration_items(scored)
     cal_idx = np.setdiff1d(cal_idx, shown)
-    y_cal, y_test = y_all[cal_idx], y_all[test_idx]
 
     # Choose variant, method and calibrator on the calibration part only.
-    results, fitted = select(scored, cal_idx, y_cal, seed=config.seed)
+    results, fitted = select(scored, cal_idx, y_all[cal_idx], seed=config.seed)
     best, selection = choose(results)
     variant, candidate = fitted[best["label"]]
     data = scored[variant]
-    chosen = fit_variant(candidate, data, cal_idx, y_cal)
+    # Each fitted and measured on the items it has what it reads for (all of them, unless the run's
+    # budget scored answers on a subsample).
+    fit_on = usable(data, candidate, cal_idx)
+    y_cal = y_all[fit_on]
+    chosen = fit_variant(candidate, data, fit_on, y_cal)
     default = next(iter(scored))
     raw = Calibrator()
-    P_raw_test = raw.apply(scored[default].L[test_idx], None)
-    P_cal_test = apply_variant(chosen, data, test_idx)
-    P_cal_cal = apply_variant(chosen, data, cal_idx)
+    raw_cal, raw_test = (usable(scored[default], Candidate("none", False), idx) for idx in (cal_idx, test_idx))
+    P_raw_test = raw.apply(scored[default].L[raw_test], None)
+    measured = usable(data, candidate, test_idx)
+    y_test, y_raw = y_all[measured], y_all[raw_test]
+    P_cal_test = apply_variant(chosen, data, measured)
+    P_cal_cal = apply_variant(chosen, data, fit_on)
     # The threshold and conformal sets are chosen on held-out probabilities: a head (or any fitted
     # calibrator) is over-confident on the very items it was fitted on.
-    P_cal_oof = out_of_fold(candidate, data, cal_idx, y_cal, seed=config.seed)
-    raw_L = scored[default].L
+    P_cal_oof = out_of_fold(candidate, data, fit_on, y_cal, seed=config.seed)
 
     threshold = select_threshold(confidence(P_cal_oof), P_cal_oof.argmax(1) == y_cal,
                                  target=config.target_precision, confidence_level=config.confidence_level)
@@ -113,9 +125,9 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     qhat = conformal_quantile(P_cal_oof, y_cal, config.conformal_alpha)
     conformal = {"alpha": config.conformal_alpha, **conformal_report(P_cal_test, y_test, qhat)}
 
-    reliability_diagram({"raw": P_raw_test, "calibrated": P_cal_test}, y_test, out / "reliability.png", bins=config.bins,
-                        title=f"Reliability: {task.name}")
-    risk_coverage_plot({"raw": P_raw_test, "calibrated": P_cal_test}, y_test, out / "risk_coverage.png",
+    curves, labels = {"raw": P_raw_test, "calibrated": P_cal_test}, {"raw": y_raw, "calibrated": y_test}
+    reliability_diagram(curves, labels, out / "reliability.png", bins=config.bins, title=f"Reliability: {task.name}")
+    risk_coverage_plot(curves, labels, out / "risk_coverage.png",
                        threshold_coverage=test_threshold["coverage"] if test_threshold else None)
 
     identity = backend.identity()
@@ -134,9 +146,11 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         "chosen": {**best, "temperature": getattr(chosen, "temperature", None),
                    "bias": list(chosen.bias) if getattr(chosen, "bias", None) else None,
                    "prior": list(chosen.prior) if chosen.prior else None},
-        "calibration_part": {"raw": metrics.summary(raw.apply(raw_L[cal_idx], None), y_cal, bins=config.bins, rounds=0),
+        "scoring": scoring_plan,
+        "calibration_part": {"raw": metrics.summary(raw.apply(scored[default].L[raw_cal], None), y_all[raw_cal],
+                                                    bins=config.bins, rounds=0),
                              "calibrated": metrics.summary(P_cal_cal, y_cal, bins=config.bins, rounds=0)},
-        "test": {"raw": metrics.summary(P_raw_test, y_test, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds),
+        "test": {"raw": metrics.summary(P_raw_test, y_raw, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds),
                  "calibrated": metrics.summary(P_cal_test, y_test, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds)},
         "threshold": {"target": config.target_precision, "confidence_level": config.confidence_level,
                       "calibration": threshold.as_dict() if threshold else None, "test": test_threshold,
@@ -165,9 +179,11 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     )
     profile.save(out / "profile.json")
     with (out / "predictions.jsonl").open("w", encoding="utf-8") as handle:
-        for row, i in enumerate(test_idx):
+        raw_rows = {int(i): row for row, i in enumerate(raw_test)}
+        for row, i in enumerate(measured):
+            raw_p = P_raw_test[raw_rows[int(i)]].tolist() if int(i) in raw_rows else None
             handle.write(json.dumps({"id": items[i].id, "label": int(y_all[i]), "options": [str(o) for o in task.options],
-                                     "probabilities": P_cal_test[row].tolist(), "raw_probabilities": P_raw_test[row].tolist()}) + "\n")
+                                     "probabilities": P_cal_test[row].tolist(), "raw_probabilities": raw_p}) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float), encoding="utf-8")
     write_html(summary, out)
     return summary

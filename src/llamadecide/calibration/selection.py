@@ -12,20 +12,35 @@ from llamadecide.calibration.variants import Variant, VariantScores
 from llamadecide.decisions.maths import HIDDEN_ONLY
 
 
+def usable(data: VariantScores, candidate: Candidate, idx: np.ndarray) -> np.ndarray:
+    """Of these items, those a candidate has what it reads for: its variant's answer scores, or, for a
+    head on the hidden state alone, the hidden state (`VariantScores.answered`, `has_hidden`)."""
+    if candidate.kind == "head" and candidate.features == HIDDEN_ONLY:
+        mask = data.has_hidden if data.has_hidden is not None else data.answered
+    else:
+        mask = data.answered
+    return idx if mask is None else idx[mask[idx]]
+
+
 def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.ndarray, *,
            seed: int = 0) -> tuple[list[dict], dict[str, tuple[Variant, Candidate]]]:
-    """Cross-validated NLL and accuracy of every (variant, candidate) on the calibration part."""
+    """Cross-validated NLL and accuracy of every (variant, candidate) on the calibration part, every
+    one measured on the same held-out folds: of the items every variant has answer scores for (all of
+    them unless the run's budget scored answers on a subsample), each candidate fitted on the other
+    items it has what it reads for (a head on the hidden state alone: every item)."""
+    y_of = {int(i): int(y) for i, y in zip(cal_idx, y_cal)}
+    common = cal_idx
+    for data in scored.values():
+        if data.answered is not None:
+            common = common[data.answered[common]]
     results: list[dict] = []
     fitted: dict[str, tuple[Variant, Candidate]] = {}
     for variant, data in scored.items():
-        lengths = None if data.lengths is None else data.lengths[cal_idx]
-        hidden = None if data.hidden is None else data.hidden[cal_idx]
-        texts = _texts(data, cal_idx)
         for candidate in candidates(data.lengths is not None, has_prior=data.content_free is not None,
-                                    has_hidden=data.hidden is not None, has_texts=texts is not None):
+                                    has_hidden=data.hidden is not None, has_texts=data.texts is not None):
             prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
-            cv = cross_validated(data.L[cal_idx], lengths, y_cal, candidate, prior=prior, hidden=hidden, texts=texts,
-                                 seed=seed)
+            fit_on = usable(data, candidate, cal_idx)
+            cv = _cross_validated(data, candidate, common, fit_on, y_of, prior, seed)
             label = f"{variant.label}, {candidate.label}"
             fitted[label] = (variant, candidate)
             results.append({"mode": variant.mode, "rotations": variant.rotations, "shots": variant.shots,
@@ -35,8 +50,32 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
                             "length_normalize": candidate.length_normalize,
                             "prior_correction": candidate.prior_correction, "label": label,
                             "cv_nll": cv["nll"], "cv_nll_se": cv["nll_se"], "cv_accuracy": cv["accuracy"],
-                            "cv_items": cv["items"], "complexity": list(complexity(variant, candidate))})
+                            "cv_items": cv["items"], "fit_items": int(len(fit_on)),
+                            "complexity": list(complexity(variant, candidate))})
     return results, fitted
+
+
+def _cross_validated(data: VariantScores, candidate: Candidate, held_out: np.ndarray, fit_on: np.ndarray,
+                     y_of: dict[int, int], prior, seed: int) -> dict:
+    """5-fold cross-validation whose held-out folds split `held_out`; each fold fitted on the items of
+    `fit_on` outside it (when both are the calibration part: plain cross-validation)."""
+    y_held = np.array([y_of[int(i)] for i in held_out])
+    if np.array_equal(held_out, fit_on):
+        return cross_validated(data.L[held_out], None if data.lengths is None else data.lengths[held_out], y_held,
+                               candidate, prior=prior, hidden=None if data.hidden is None else data.hidden[held_out],
+                               texts=_texts(data, held_out), seed=seed)
+    losses, hits = [], []
+    for _, held in splitter(data.L[held_out], y_held, 5, seed):
+        train = np.setdiff1d(fit_on, held_out[held])
+        calibrator = fit_candidate(candidate, data.L[train], None if data.lengths is None else data.lengths[train],
+                                   np.array([y_of[int(i)] for i in train]), prior=prior,
+                                   hidden=None if data.hidden is None else data.hidden[train], texts=_texts(data, train))
+        P = apply_variant(calibrator, data, held_out[held])
+        losses.append(-np.log(np.clip(P[np.arange(len(held)), y_held[held]], 1e-12, 1.0)))
+        hits.append(P.argmax(1) == y_held[held])
+    every = np.concatenate(losses)
+    return {"nll": float(every.mean()), "nll_se": float(every.std(ddof=1) / np.sqrt(len(every))),
+            "accuracy": float(np.concatenate(hits).mean()), "items": int(len(every))}
 
 
 KIND_RANK = {"none": 0, "temperature": 1, "temperature+bias": 2, "head": 3}

@@ -46,6 +46,51 @@ class VariantScores:
     demonstrations: tuple[Demonstration, ...] = ()  # shown before every item (k-shot variants)
     texts: list[str] | None = None  # every item's input as the model sees it (for a head's lexical expert)
     shown: tuple[int, ...] = ()  # the items shown as demonstrations (question-first: never scored)
+    answered: np.ndarray | None = None  # items whose answers were scored (None: every used item)
+    has_hidden: np.ndarray | None = None  # items with a hidden state (None: the answered ones)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run scores within its row budget: each variant's answers for the items in `answered`
+    (every used item, or a subsample), and in `hidden_variants`, hidden states for every used item
+    (a head on the hidden state alone needs nothing else)."""
+
+    answered: dict[Variant, np.ndarray]
+    hidden_variants: tuple[Variant, ...]
+    rows: int  # the estimated evaluated rows
+    left_out: tuple[Variant, ...] = ()
+
+
+def plan_scoring(variants: list[Variant], costs: dict[Variant, tuple[float, float]], used: np.ndarray,
+                 split_parts: tuple[np.ndarray, ...], budget: int, hidden_wanted: set[Variant], seed: int, *,
+                 min_answered: int = 200) -> Plan:
+    """Spend at most `budget` (weighted) evaluated rows. Everything on every item when it fits.
+    Otherwise each variant costs the cheaper of its answers on every item, or (when a head on its
+    hidden state is wanted and its answer trie costs more than its prompt) its answers on a seeded
+    subsample of `min_answered` items, calibration and test parts alike, and its hidden state alone on
+    the rest; variants are taken cheapest first while the budget lasts, at least one. costs: per
+    item, (answers, hidden state alone)."""
+    n = len(used)
+    if sum(costs[v][0] for v in variants) * n <= budget:
+        return Plan({v: used for v in variants}, (), int(sum(costs[v][0] for v in variants) * n))
+    m = min(n, min_answered)
+    rng = np.random.default_rng(seed)
+    answered = np.sort(np.concatenate([rng.permutation(part)[: max(1, round(m * len(part) / n))] for part in split_parts]))
+    options: dict[Variant, tuple[float, bool]] = {}  # variant -> (cost, answers on the subsample only)
+    for v in variants:
+        everything = costs[v][0] * n
+        sampled = costs[v][0] * len(answered) + costs[v][1] * (n - len(answered))
+        use_sample = v in hidden_wanted and sampled < everything and costs[v][0] > 1.5 * costs[v][1]
+        options[v] = (sampled, True) if use_sample else (everything, False)
+    spent, chosen = 0.0, []
+    for v in sorted(variants, key=lambda v: options[v][0]):
+        if not chosen or spent + options[v][0] <= budget:
+            chosen.append(v)
+            spent += options[v][0]
+    return Plan({v: (answered if options[v][1] else used) for v in variants if v in chosen},
+                tuple(v for v in variants if v in chosen and options[v][1]), int(spent),
+                tuple(v for v in variants if v not in chosen))
 
 
 def _cache_mode(variant: Variant, hidden: bool, demonstrations: tuple[Demonstration, ...] = ()) -> str:
@@ -109,12 +154,16 @@ BATCH_ITEMS = 16  # items handed to the backend at once (the local engine shares
 
 
 def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, config: "RunConfig",
-                   cache: ScoreCache, *, pool: np.ndarray | None = None) -> dict[Variant, VariantScores]:
+                   cache: ScoreCache, *, pool: np.ndarray | None = None,
+                   split_parts: tuple[np.ndarray, ...] | None = None, report: dict | None = None
+                   ) -> dict[Variant, VariantScores]:
     """Every variant's scores for the used items (rows of the unused items stay zero), variant by
     variant, many items per backend call (the local engine evaluates them in shared calls, each as
     alone); hidden states are read once per prompt (mode and demonstrations), in the scoring calls.
     k-shot demonstrations come from `pool` (the labelled part); an item that is itself a
-    demonstration is scored with the others only. Resumable: every item's scores are cached."""
+    demonstration is scored with the others only. Resumable: every item's scores are cached. Within
+    `config.row_budget` (`plan_scoring`): variants it cannot afford are left out, answers may be scored
+    on a subsample (`VariantScores.answered`) and hidden states alone on every item."""
     variants = variants_for(task, config, demonstrations=backend.supports_demonstrations and pool is not None)
     want_hidden = config.head and backend.supports_hidden
     hidden_variant: dict[Variant, bool] = {}
@@ -132,61 +181,91 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
             shown[variant] = choose_demonstrations(items, y, pool, variant.shots, config.seed)
             demonstrations[variant] = tuple(Demonstration(items[i].text, int(y[i])) for i in shown[variant])
     questions = {v: task.question(v.mode) for v in variants}
+    if config.row_budget and backend.supports_hidden:  # the local engine: its work can be estimated
+        sample = items[int(used[0])].text
+        costs = {v: backend.cost(sample, questions[v], rotations=v.rotations, demonstrations=demonstrations[v],
+                                 layout=v.layout) for v in variants}
+        plan = plan_scoring(variants, costs, used, split_parts or (used,), config.row_budget,
+                            {v for v in variants if hidden_variant[v]}, config.seed, min_answered=config.min_answered)
+    else:
+        plan = Plan({v: used for v in variants}, (), 0)
+    if report is not None:
+        report.update({"row_budget": config.row_budget, "estimated_rows": plan.rows,
+                       "answers_scored": {v.label: int(len(idx)) for v, idx in plan.answered.items()},
+                       "hidden_state_on_every_item": [v.label for v in plan.hidden_variants],
+                       "left_out": [v.label for v in plan.left_out]})
     identity = backend.identity()
     k = len(task.options)
     L = {v: np.zeros((len(items), k)) for v in variants}
     lengths: dict[Variant, np.ndarray | None] = {v: np.ones((len(items), k)) for v in variants}
     hidden: dict[tuple[str, int, str], np.ndarray] = {}
-    def record(variant: Variant, i: int, scores) -> None:
+    hidden_mask: dict[tuple[str, int, str], np.ndarray] = {}
+
+    def record(variant: Variant, i: int, scores, answers: bool = True) -> None:
+        key = (variant.mode, variant.shots, variant.layout)
+        if scores.hidden is not None:
+            hidden.setdefault(key, np.zeros((len(items), len(scores.hidden))))[i] = scores.hidden
+            hidden_mask.setdefault(key, np.zeros(len(items), dtype=bool))[i] = True
+        if not answers:
+            return
         L[variant][i] = scores.logprobs
         if scores.n_tokens is None:
             lengths[variant] = None
         elif lengths[variant] is not None:
             lengths[variant][i] = scores.n_tokens
-        if scores.hidden is not None:
-            hidden.setdefault((variant.mode, variant.shots, variant.layout),
-                              np.zeros((len(items), len(scores.hidden))))[i] = scores.hidden
+
+    def run(variant: Variant, indices: np.ndarray, *, answers: bool, progress, label: str) -> None:
+        bar = progress.add_task(f"{label} ({variant.label})", total=len(indices))
+        # Items not in the cache, grouped by the demonstrations shown before them (an item that is
+        # itself a demonstration is shown the others), scored BATCH_ITEMS at a time.
+        pending: dict[tuple[Demonstration, ...], list[tuple[int, str]]] = {}
+        with_hidden = hidden_variant[variant] or not answers
+        for i in indices:
+            if variant.layout in QUESTION_FIRST_FORMATS and i in shown[variant]:
+                progress.advance(bar)
+                continue  # part of this variant's prompt: never scored (see demonstration_items)
+            own = tuple(d for j, d in zip(shown[variant], demonstrations[variant]) if j != i)
+            mode = _cache_mode(variant, with_hidden, own) + ("" if answers else "|no-answers")
+            key = cache.key(identity, PROMPT_FORMAT_VERSION, mode, task.fingerprint(), items[i].text)
+            scores = cache.get(key)
+            if scores is None:
+                pending.setdefault(own, []).append((int(i), key))
+            else:
+                record(variant, int(i), scores, answers)
+                progress.advance(bar)
+        for own, members in pending.items():
+            for start in range(0, len(members), BATCH_ITEMS):
+                chunk = members[start:start + BATCH_ITEMS]
+                results = backend.score_many([items[i].text for i, _ in chunk], questions[variant],
+                                             rotations=variant.rotations, hidden=with_hidden,
+                                             demonstrations=own, layout=variant.layout, answers=answers)
+                for (i, key), scores in zip(chunk, results):
+                    cache.put(key, scores)
+                    record(variant, i, scores, answers)
+                cache.commit()
+                progress.advance(bar, len(chunk))
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=not config.show_progress) as progress:
-        for variant in variants:
-            bar = progress.add_task(f"scoring ({variant.label})", total=len(used))
-            # Items not in the cache, grouped by the demonstrations shown before them (an item that is
-            # itself a demonstration is shown the others), scored BATCH_ITEMS at a time.
-            pending: dict[tuple[Demonstration, ...], list[tuple[int, str]]] = {}
-            for i in used:
-                if variant.layout in QUESTION_FIRST_FORMATS and i in shown[variant]:
-                    progress.advance(bar)
-                    continue  # part of this variant's prompt: never scored (see demonstration_items)
-                own = tuple(d for j, d in zip(shown[variant], demonstrations[variant]) if j != i)
-                key = cache.key(identity, PROMPT_FORMAT_VERSION, _cache_mode(variant, hidden_variant[variant], own),
-                                task.fingerprint(), items[i].text)
-                scores = cache.get(key)
-                if scores is None:
-                    pending.setdefault(own, []).append((int(i), key))
-                else:
-                    record(variant, int(i), scores)
-                    progress.advance(bar)
-            for own, members in pending.items():
-                for start in range(0, len(members), BATCH_ITEMS):
-                    chunk = members[start:start + BATCH_ITEMS]
-                    results = backend.score_many([items[i].text for i, _ in chunk], questions[variant],
-                                                 rotations=variant.rotations, hidden=hidden_variant[variant],
-                                                 demonstrations=own, layout=variant.layout)
-                    for (i, key), scores in zip(chunk, results):
-                        cache.put(key, scores)
-                        record(variant, i, scores)
-                    cache.commit()
-                    progress.advance(bar, len(chunk))
+        for variant, indices in plan.answered.items():
+            run(variant, indices, answers=True, progress=progress, label="scoring")
+        for variant in plan.hidden_variants:
+            run(variant, np.setdiff1d(used, plan.answered[variant]), answers=False, progress=progress,
+                label="hidden states")
     cache.commit()
     scored: dict[Variant, VariantScores] = {}
     texts = [item.text for item in items]  # strings: the model sees them verbatim (prompt.render_state)
-    for variant in variants:
+    for variant in (v for v in variants if v in plan.answered):
         content_free = (backend.content_free(questions[variant], rotations=variant.rotations,
                                              demonstrations=demonstrations[variant], layout=variant.layout)
                         if config.prior_correction else None)
-        variant_hidden = hidden.get((variant.mode, variant.shots, variant.layout))
+        key = (variant.mode, variant.shots, variant.layout)
+        variant_hidden = hidden.get(key)
+        complete = len(plan.answered[variant]) == len(used)
+        answered = np.zeros(len(items), dtype=bool)
+        answered[plan.answered[variant]] = True
         scored[variant] = VariantScores(L[variant], lengths[variant], variant_hidden, content_free, demonstrations[variant],
                                         texts if variant_hidden is not None and config.lexical else None,
-                                        tuple(shown[variant]))
+                                        tuple(shown[variant]), None if complete else answered,
+                                        None if complete else hidden_mask.get(key))
     return scored

@@ -298,6 +298,15 @@ class Decider:
         item = self._tokenize("-", question, shown(question, rule.demonstrations, 0), rule.layout)
         return len(self.tokens.pinned_prefix(question, rule, item.prompt_tokens)), max(len(s) for s in item.sequences)
 
+    def cost(self, state: Any, question: Question, rule: Scoring) -> tuple[int, int, int]:
+        """What deciding `question` about `state` under `rule` evaluates once its pinned prefix is held:
+        (answer rows: the prompt's rest and the answer trie; prompt rows: the prompt's rest alone, what
+        its hidden state needs; the pinned prefix's length, which every one of those rows attends to)."""
+        [plan] = self._plan(render_state(state), [question], [rule])
+        prompt = plan.variants[0][1].prompt_tokens
+        pinned = len(self.tokens.pinned_prefix(question, rule, prompt))
+        return plan.work.rows - pinned, len(prompt) - pinned, pinned
+
     def content_free_scores(self, question: Question, *, rotations: int = 1, demonstrations: Sequence[Demonstration] = (),
                             layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray]:
         """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
