@@ -56,8 +56,8 @@ class RunConfig:
     # Most evaluated rows (weighted by the pinned prefix they attend to) the scoring may cost, about
     # ten minutes on 2 CPU cores with the default model; over it, the costliest variants are left out
     # and many-option answers scored on a subsample (`variants.plan_scoring`). None: no limit.
-    row_budget: int | None = 180_000
-    min_answered: int = 200  # over the budget, answers are scored on a subsample of at least this many items
+    row_budget: int | None = 120_000
+    min_answered: int = 100  # over the budget, answers are scored on a subsample of at least this many items
     bins: int = 15
     bootstrap_rounds: int = 200
     profile_name: str | None = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from llamadecide.calibration.fitting import (Calibrator, Candidate, HeadCalibrator, candidates, content_free_prior_for,
-                                             cross_validated, fit_candidate, splitter)
+                                             cross_validated, fit_candidate, in_parallel, splitter)
 from llamadecide.calibration.variants import Variant, VariantScores
 from llamadecide.decisions.maths import HIDDEN_ONLY
 
@@ -64,15 +64,16 @@ def _cross_validated(data: VariantScores, candidate: Candidate, held_out: np.nda
         return cross_validated(data.L[held_out], None if data.lengths is None else data.lengths[held_out], y_held,
                                candidate, prior=prior, hidden=None if data.hidden is None else data.hidden[held_out],
                                texts=_texts(data, held_out), seed=seed)
-    losses, hits = [], []
-    for _, held in splitter(data.L[held_out], y_held, 5, seed):
+    def fold(split: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        held = split[1]
         train = np.setdiff1d(fit_on, held_out[held])
         calibrator = fit_candidate(candidate, data.L[train], None if data.lengths is None else data.lengths[train],
                                    np.array([y_of[int(i)] for i in train]), prior=prior,
                                    hidden=None if data.hidden is None else data.hidden[train], texts=_texts(data, train))
         P = apply_variant(calibrator, data, held_out[held])
-        losses.append(-np.log(np.clip(P[np.arange(len(held)), y_held[held]], 1e-12, 1.0)))
-        hits.append(P.argmax(1) == y_held[held])
+        return -np.log(np.clip(P[np.arange(len(held)), y_held[held]], 1e-12, 1.0)), P.argmax(1) == y_held[held]
+
+    losses, hits = zip(*in_parallel(fold, splitter(data.L[held_out], y_held, 5, seed)))
     every = np.concatenate(losses)
     return {"nll": float(every.mean()), "nll_se": float(every.std(ddof=1) / np.sqrt(len(every))),
             "accuracy": float(np.concatenate(hits).mean()), "items": int(len(every))}
@@ -115,8 +116,9 @@ def out_of_fold(candidate: Candidate, data: VariantScores, cal_idx: np.ndarray, 
                 folds: int = 5, seed: int = 0) -> np.ndarray:
     """Each calibration item's probabilities from a calibrator fitted on the other folds."""
     P = np.zeros((len(cal_idx), data.L.shape[1]))
-    for train, held in splitter(data.L[cal_idx], y_cal, folds, seed):
-        calibrator = fit_variant(candidate, data, cal_idx[train], y_cal[train])
+    splits = list(splitter(data.L[cal_idx], y_cal, folds, seed))
+    fitted = in_parallel(lambda split: fit_variant(candidate, data, cal_idx[split[0]], y_cal[split[0]]), splits)
+    for (_, held), calibrator in zip(splits, fitted):
         P[held] = apply_variant(calibrator, data, cal_idx[held])
     return P
 

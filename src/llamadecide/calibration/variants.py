@@ -64,7 +64,7 @@ class Plan:
 
 def plan_scoring(variants: list[Variant], costs: dict[Variant, tuple[float, float]], used: np.ndarray,
                  split_parts: tuple[np.ndarray, ...], budget: int, hidden_wanted: set[Variant], seed: int, *,
-                 min_answered: int = 200) -> Plan:
+                 min_answered: int = 100) -> Plan:
     """Spend at most `budget` (weighted) evaluated rows. Everything on every item when it fits.
     Otherwise each variant costs the cheaper of its answers on every item, or (when a head on its
     hidden state is wanted and its answer trie costs more than its prompt) its answers on a seeded

@@ -37,7 +37,7 @@ def calibrate_command(
                                        "before each question (k-shot, local backend; scores every item once more)")] = 0,
     layouts: Annotated[list[str], typer.Option("--layout", help="Prompt formats to compare (repeat): llamadecide-1 (state first), llamadecide-2 and llamadecide-3 (question first: the question is evaluated once per server, not per request; local backend)")] = ["llamadecide-1", "llamadecide-2", "llamadecide-3"],
     shots_per_class: Annotated[list[int], typer.Option("--shots-per-class", min=0, help="Question-first many-shot: this many labelled calibration items per class in the shared prefix (repeat to try several; 0: zero-shot only); the items shown are left out of fitting and measuring")] = [1],
-    row_budget: Annotated[int, typer.Option("--row-budget", min=0, help="Most evaluated rows the scoring may cost (about 10 minutes on 2 CPU cores with the default model per 180,000); over it the costliest variants are left out and many-option answers scored on a subsample, all said in the report. 0: no limit")] = 180_000,
+    row_budget: Annotated[int, typer.Option("--row-budget", min=0, help="Most evaluated rows the scoring may cost (120,000: about 10 minutes on 2 CPU cores with the default model); over it the costliest variants are left out and many-option answers scored on a subsample, all said in the report. 0: no limit")] = 120_000,
     out: Annotated[Path, typer.Option("--out", help="Output directory (cache, plots, report, profile)")] = Path("calibration-out"),
     profile_name: Annotated[Optional[str], typer.Option("--profile-name", help="Name of the written profile (default: the task's)")] = None,
     model: ModelOption = None,
