@@ -21,9 +21,10 @@ def _ci(metrics: dict, key: str) -> str:
 def print_summary(summary: dict, console: Console | None = None) -> None:
     console = console or Console()
     raw, cal = summary["test"]["raw"], summary["test"]["calibrated"]
-    table = Table(title=f"{summary['task']['name']}: test part ({raw['n']} items), calibrated with {summary['chosen']['label']}")
+    table = Table(title=f"{summary['task']['name']}: test part ({cal['n']} items), calibrated with {summary['chosen']['label']}")
     table.add_column("metric")
-    table.add_column("raw", justify="right")
+    # Over the row budget, raw answers exist only on the items whose answers were scored.
+    table.add_column("raw" if raw["n"] == cal["n"] else f"raw ({raw['n']} items with answers)", justify="right")
     table.add_column("calibrated", justify="right")
     for label, key, fmt in ROWS:
         table.add_row(label, fmt.format(raw[key]) + _ci(raw, key), fmt.format(cal[key]) + _ci(cal, key))
@@ -38,11 +39,11 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
                       f"NLL {chosen['cv_nll']:.4f} → {cal['nll']:.4f}")
     plan = summary.get("scoring") or {}
     if plan.get("left_out") or plan.get("hidden_state_on_every_item"):
-        answered = ", ".join(f"{label}: {n}" for label, n in plan["answers_scored"].items())
+        answered = " | ".join(f"{label}: {n}" for label, n in plan["answers_scored"].items())
         console.print(f"within the row budget ({plan['row_budget']:,}, about {plan['estimated_rows']:,} used): answers "
                       f"scored for {answered} items; hidden states alone on every item in "
-                      f"{', '.join(plan['hidden_state_on_every_item']) or 'none'}; left out: "
-                      f"{', '.join(plan['left_out']) or 'none'} (--row-budget 0 scores everything)")
+                      f"{' | '.join(plan['hidden_state_on_every_item']) or 'none'}; left out: "
+                      f"{' | '.join(plan['left_out']) or 'none'} (--row-budget 0 scores everything)")
     cost = summary.get("cost")
     if cost:
         console.print(f"cost: {cost['items']} items x {cost['variants']} variants scored in {cost['scoring_s']:.0f} s "

@@ -15,7 +15,7 @@ from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import Backend
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrator
+from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrator, one_blas_thread
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, HeadParams
 from llamadecide.calibration.report import write_html
@@ -105,7 +105,8 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     # budget scored answers on a subsample).
     fit_on = usable(data, candidate, cal_idx)
     y_cal = y_all[fit_on]
-    chosen = fit_variant(candidate, data, fit_on, y_cal)
+    with one_blas_thread():
+        chosen = fit_variant(candidate, data, fit_on, y_cal)
     default = next(iter(scored))
     raw = Calibrator()
     raw_cal, raw_test = (usable(scored[default], Candidate("none", False), idx) for idx in (cal_idx, test_idx))
