@@ -57,7 +57,7 @@ def test_the_engine_scores_many_inputs_in_shared_calls_each_as_alone(engine):
         else:
             worst = max(worst, float(np.abs(engine.hidden_state(job.prefix) - shared.hidden).max()))
     assert worst <= EXACT
-    assert calls < len(jobs) / 4
+    assert calls < len(jobs) / 2  # calls hold up to call_rows rows: a few inputs each
     assert sum(s.cached_tokens > 0 for s in together) >= len(jobs) // 2 - 1  # the pinned prefix, by reference
 
 

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from llamadecide.engine.batches import MIN_CALL_ROWS, Rows
 from llamadecide.engine.config import Job, TrieScores
-from llamadecide.engine.kv_cache import KVCache
+from llamadecide.engine.kv_cache import KVCache, common_prefix_length
 from llamadecide.engine.scoring import Scorer, check_fits
 from llamadecide.engine.trie import build_trie, gather, trie_rows
 from llamadecide.errors import InvalidRequestError
@@ -32,27 +32,37 @@ class BatchScorer:
         self.scorer = scorer
 
     def score_many(self, jobs: Sequence[Job]) -> list[TrieScores]:
-        """Every job's scores, in order; as many jobs per group of calls as the working sequences
-        and the KV cells allow. A job too large to share (more continuations than working
-        sequences, or more cells than the context) is scored alone."""
+        """Every job's scores, in order; as many jobs per group of calls as the working sequences,
+        the KV cells and one call's rows allow. A job too large to share (more continuations than
+        working sequences, or more cells than the context) is scored alone."""
         kv = self.kv
         results: list[TrieScores | None] = [None] * len(jobs)
         group: list[_Planned] = []
         for index, job in enumerate(jobs):
             self._check(job)
-            source, reuse = kv.pin_source(job.prefix[:-1])
-            cells = len(job.prefix) - 1 - reuse + (trie_rows(job.continuations) if job.continuations else 1)
-            planned = _Planned(index, job, source, reuse, cells)
-            if job.members > kv.max_working or cells + kv.pin_cells({source}) + MIN_CALL_ROWS > kv.n_ctx:
+            planned = self._locate(_Planned(index, job, None, 0, 0))
+            if job.members > kv.max_working or self._cells([planned]) + MIN_CALL_ROWS > kv.n_ctx:
                 results[index] = self._alone(job)
                 continue
             if group and not self._fits(group + [planned]):
                 self._run(group, results)
-                group = []
-            group.append(planned)
+                group = [self._locate(planned)]  # the group before may have left sequence 0 a prefix
+            else:
+                group.append(planned)
         if group:
             self._run(group, results)
         return [result for result in results if result is not None]  # every job has one
+
+    def _locate(self, p: _Planned) -> _Planned:
+        """Where the job's prompt can start from (a pin or sequence 0), and the cells it adds."""
+        p.source, p.reuse = self.kv.source(p.job.prefix[:-1])
+        p.cells = len(p.job.prefix) - 1 - p.reuse + (trie_rows(p.job.continuations) if p.job.continuations else 1)
+        return p
+
+    def _cells(self, group: list[_Planned]) -> int:
+        """Cells the group needs: its own, the pins it reads and what it reads of sequence 0."""
+        prompt = max((p.reuse for p in group if p.source is None), default=0)
+        return sum(p.cells for p in group) + self.kv.pin_cells({p.source for p in group}) + prompt
 
     def _check(self, job: Job) -> None:
         if not job.prefix:
@@ -63,9 +73,12 @@ class BatchScorer:
         check_fits(self.kv.n_ctx, len(job.prefix) + longest, "the prompt with its longest answer")
 
     def _fits(self, group: list[_Planned]) -> bool:
+        """Room for the group, and its rows in one call: sharing saves each call's fixed cost, and
+        once a call is full, more inputs beside it only lengthen what every row scans (llama.cpp's
+        attention visits every cell of the call, other sequences' included)."""
         members = sum(p.job.members for p in group)
-        cells = sum(p.cells for p in group) + self.kv.pin_cells({p.source for p in group})
-        return members <= self.kv.max_working and cells + MIN_CALL_ROWS <= self.kv.n_ctx
+        return (members <= self.kv.max_working and self._cells(group) + MIN_CALL_ROWS <= self.kv.n_ctx
+                and sum(p.cells for p in group) <= self.kv.call_rows)
 
     def _alone(self, job: Job) -> TrieScores:
         if job.continuations:
@@ -73,16 +86,39 @@ class BatchScorer:
         state = self.scorer.hidden_state(job.prefix)
         return TrieScores([], state, cached_tokens=self.kv.last_reused)
 
+    def _share_common_prefix(self, group: list[_Planned]) -> None:
+        """Evaluate the group's common prompt prefix once, into sequence 0, when that saves more rows
+        than a call costs (state-first prompts share their chat header, not a pin). Sequence 0's
+        cells are evaluated in the same deterministic calls as any prompt's, so every job's rows
+        are the same as when it runs alone."""
+        if len(group) < 2:
+            return
+        first = group[0].job.prefix[:-1]
+        common = min(common_prefix_length(first, p.job.prefix[:-1]) for p in group[1:])
+        _, held = self.kv.source(first[:common])
+        saved = sum(max(0, common - p.reuse) for p in group) - (common - held)
+        if saved > self.scorer.call_cost_rows:
+            self.kv.prefill(first[:common], extra=sum(p.cells for p in group))
+
     def _run(self, group: list[_Planned], results: list[TrieScores | None]) -> None:
         kv = self.kv
-        kv.make_working_room(sum(p.cells for p in group), {p.source for p in group})
-        for p in group:  # making room may have evaluated pins again: look their cells up afresh
-            p.source, p.reuse = kv.pin_source(p.job.prefix[:-1])
+        cached = {p.index: p.reuse for p in group}  # before this group evaluated anything for itself
+        self._share_common_prefix(group)
+        for p in group:  # evaluating and making room move what pins and sequence 0 hold: look again
+            self._locate(p)
+        kv.make_working_room(sum(p.cells for p in group), {p.source for p in group},
+                             prompt=max((p.reuse for p in group if p.source is None), default=0))
+        for p in group:
+            self._locate(p)
+        if kv.free < sum(p.cells for p in group) + MIN_CALL_ROWS:  # room was made by dropping what they read
+            for p in group:
+                results[p.index] = self._alone(p.job)
+            return
         with kv.working(sum(p.job.members for p in group), from_prompt=False) as ids:
             start = 0
             for p in group:
                 p.ids, start = ids[start:start + p.job.members], start + p.job.members
-                if p.source is not None:
+                if p.reuse:
                     kv.share(p.source, p.reuse, p.ids)
             # Every input's prompt tail first, then every last prompt token and answer trie, so that a
             # call reading hidden states (it computes every row's output) holds few rows needing none.
@@ -118,4 +154,4 @@ class BatchScorer:
             if p.index in node_rows:
                 trie, placed = node_rows[p.index]
                 scored = gather(trie, p.job.continuations, {i: found[row] for i, row in placed.items()})
-            results[p.index] = TrieScores(scored, state, cached_tokens=p.reuse)
+            results[p.index] = TrieScores(scored, state, cached_tokens=min(cached[p.index], p.reuse))

@@ -233,34 +233,34 @@ class KVCache:
 
     # -- many prompts at once -------------------------------------------------------------------
 
-    def pin_source(self, tokens: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
-        """The pin holding the longest prefix of `tokens`, and that length (None, 0: none)."""
-        best: tuple[tuple[int, ...] | None, int] = (None, 0)
-        for key in self._pins:
-            length = common_prefix_length(key, tokens)
-            if length > best[1]:
-                best = (key, length)
-        return best
+    def source(self, tokens: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
+        """Where a working sequence can take the longest prefix of `tokens` from: a pin (its key) or
+        sequence 0 (None), and that length (None, 0: nowhere)."""
+        return self._source(tokens)
 
     def pin_cells(self, keys) -> int:
         return sum(len(key) for key in keys if key is not None)
 
-    def make_working_room(self, cells: int, keep: set) -> None:
+    def make_working_room(self, cells: int, keep: set, *, prompt: int = 0) -> None:
         """Room for `cells` working cells (and a padded call's scratch rows) beside the pins in
-        `keep`: sequence 0's cells go first, then least-recently-used pins not kept."""
-        if self.free >= cells + MIN_CALL_ROWS:
-            return
-        self.trim(0)
+        `keep` and sequence 0's first `prompt` tokens: sequence 0's other cells go first, then the
+        rest of it, then least-recently-used pins not kept."""
+        for length in (prompt, 0):
+            if self.free >= cells + MIN_CALL_ROWS:
+                return
+            self.trim(length)
         for key in [k for k in self._pins if k not in keep]:
             if self.free >= cells + MIN_CALL_ROWS:
                 return
             self._evict(key)
 
-    def share(self, key: tuple[int, ...], length: int, sequences: Sequence[int]) -> None:
-        """Give each sequence a pin's first `length` cells (tags them: nothing is copied)."""
-        self._pins.move_to_end(key)
+    def share(self, key: tuple[int, ...] | None, length: int, sequences: Sequence[int]) -> None:
+        """Give each sequence the first `length` cells of a pin, or of sequence 0 (None); this tags
+        cells, nothing is copied."""
+        if key is not None:
+            self._pins.move_to_end(key)
         for s in sequences:
-            llama_cpp.llama_memory_seq_cp(self._memory, self._pins[key], s, 0, length)
+            llama_cpp.llama_memory_seq_cp(self._memory, PROMPT if key is None else self._pins[key], s, 0, length)
 
     # -- pins -----------------------------------------------------------------------------------
 
