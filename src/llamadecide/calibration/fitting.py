@@ -244,10 +244,20 @@ def cross_validated(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, ca
                              None if texts is None else [texts[i] for i in held])
         return -np.log(np.clip(P[np.arange(len(held)), y[held]], 1e-12, 1.0)), P.argmax(1) == y[held]
 
-    losses, hits = zip(*in_parallel(fold, splitter(L, y, folds, seed)))
-    every = np.concatenate(losses)
-    return {"nll": float(every.mean()), "nll_se": float(every.std(ddof=1) / np.sqrt(len(every))) if len(every) > 1 else 0.0,
-            "accuracy": float(np.concatenate(hits).mean()), "items": int(len(every))}
+    splits = list(splitter(L, y, folds, seed))
+    return pooled(splits, in_parallel(fold, splits))
+
+
+def pooled(splits: list[tuple[np.ndarray, np.ndarray]], folds: list[tuple[np.ndarray, np.ndarray]]) -> dict:
+    """Held-out figures over folds: NLL with its standard error over items, accuracy, and each
+    item's loss in item order (`losses`, so that candidates measured on the same items can be
+    compared item by item)."""
+    n = sum(len(held) for _, held in splits)
+    losses, hits = np.zeros(n), np.zeros(n, dtype=bool)
+    for (_, held), (loss, hit) in zip(splits, folds):
+        losses[held], hits[held] = loss, hit
+    return {"nll": float(losses.mean()), "nll_se": float(losses.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
+            "accuracy": float(hits.mean()), "items": int(n), "losses": losses}
 
 
 def _ignore_class_count_warning() -> None:

@@ -32,8 +32,8 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     selection, chosen = summary.get("selection"), summary["chosen"]
     if selection:
         console.print(f"chosen: {chosen['label']}, the simplest of {selection['within_one_se']} candidates within one "
-                      f"standard error of the lowest cross-validated NLL ({selection['lowest']['label']}, "
-                      f"{selection['lowest']['cv_nll']:.4f} ± {selection['lowest']['cv_nll_se']:.4f}); "
+                      f"standard error (of the item-by-item difference) of the lowest cross-validated NLL "
+                      f"({selection['lowest']['label']}, {selection['lowest']['cv_nll']:.4f}); "
                       f"{selection['compared']} compared on the same folds of {', '.join(map(str, selection['items']))} items. "
                       f"Chosen, cross-validated → test: accuracy {chosen['cv_accuracy']:.3f} → {cal['accuracy']:.3f}, "
                       f"NLL {chosen['cv_nll']:.4f} → {cal['nll']:.4f}")

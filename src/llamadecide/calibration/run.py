@@ -19,7 +19,7 @@ from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrato
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, HeadParams
 from llamadecide.calibration.report import write_html
-from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, select, usable
+from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, public, select, usable
 from llamadecide.calibration.thresholds import (conformal_quantile, conformal_report, evaluate_threshold, reachable,
                                                 select_threshold)
 from llamadecide.calibration.variants import (Variant, VariantScores, choose_demonstrations, demonstration_items,
@@ -142,9 +142,9 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         "dataset_fingerprint": config.dataset_fingerprint,
         "split": {"seed": config.seed, "calibration": int(len(cal_idx)), "test": int(len(test_idx)),
                   "shown_as_demonstrations": int(len(shown))},
-        "candidates": results,
+        "candidates": [public(r) for r in results],
         "selection": selection,
-        "chosen": {**best, "temperature": getattr(chosen, "temperature", None),
+        "chosen": {**public(best), "temperature": getattr(chosen, "temperature", None),
                    "bias": list(chosen.bias) if getattr(chosen, "bias", None) else None,
                    "prior": list(chosen.prior) if chosen.prior else None},
         "scoring": scoring_plan,

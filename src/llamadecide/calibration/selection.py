@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from llamadecide.calibration.fitting import (Calibrator, Candidate, HeadCalibrator, candidates, content_free_prior_for,
-                                             cross_validated, fit_candidate, in_parallel, splitter)
+                                             cross_validated, fit_candidate, in_parallel, pooled, splitter)
 from llamadecide.calibration.variants import Variant, VariantScores
 from llamadecide.decisions.maths import HIDDEN_ONLY
 
@@ -51,7 +51,7 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
                             "prior_correction": candidate.prior_correction, "label": label,
                             "cv_nll": cv["nll"], "cv_nll_se": cv["nll_se"], "cv_accuracy": cv["accuracy"],
                             "cv_items": cv["items"], "fit_items": int(len(fit_on)),
-                            "complexity": list(complexity(variant, candidate))})
+                            "complexity": list(complexity(variant, candidate)), "cv_losses": cv["losses"]})
     return results, fitted
 
 
@@ -73,10 +73,8 @@ def _cross_validated(data: VariantScores, candidate: Candidate, held_out: np.nda
         P = apply_variant(calibrator, data, held_out[held])
         return -np.log(np.clip(P[np.arange(len(held)), y_held[held]], 1e-12, 1.0)), P.argmax(1) == y_held[held]
 
-    losses, hits = zip(*in_parallel(fold, splitter(data.L[held_out], y_held, 5, seed)))
-    every = np.concatenate(losses)
-    return {"nll": float(every.mean()), "nll_se": float(every.std(ddof=1) / np.sqrt(len(every))),
-            "accuracy": float(np.concatenate(hits).mean()), "items": int(len(every))}
+    splits = list(splitter(data.L[held_out], y_held, 5, seed))
+    return pooled(splits, in_parallel(fold, splits))
 
 
 KIND_RANK = {"none": 0, "temperature": 1, "temperature+bias": 2, "head": 3}
@@ -95,15 +93,31 @@ def complexity(variant: Variant, candidate: Candidate) -> tuple:
 def choose(results: list[dict]) -> tuple[dict, dict]:
     """The simplest candidate whose cross-validated NLL is within one standard error of the lowest
     (the one-standard-error rule): with many candidates the lowest is partly luck, and the luck
-    favours those that fit more. Returns it and how it was chosen."""
+    favours those that fit more. Every candidate is measured on the same held-out items, so the
+    standard error is that of the item-by-item difference from the lowest (the spread of a single
+    candidate's losses over items is mostly the items' difficulty, shared by every candidate, and
+    would let far worse candidates through). Returns it and how it was chosen."""
     best = min(results, key=lambda r: r["cv_nll"])
-    margin = best["cv_nll"] + best["cv_nll_se"]
-    eligible = [r for r in results if r["cv_nll"] <= margin]
+    eligible = [r for r in results if r["cv_nll"] - best["cv_nll"] <= _difference_se(r, best)]
     chosen = min(eligible, key=lambda r: (tuple(r["complexity"]), r["cv_nll"]))
-    return chosen, {"rule": "the simplest candidate within one standard error of the lowest cross-validated NLL",
+    return chosen, {"rule": "the simplest candidate within one standard error (of the item-by-item difference) "
+                            "of the lowest cross-validated NLL",
                     "lowest": {"label": best["label"], "cv_nll": best["cv_nll"], "cv_nll_se": best["cv_nll_se"]},
                     "within_one_se": len(eligible), "compared": len(results),
                     "items": sorted({r["cv_items"] for r in results})}
+
+
+def _difference_se(result: dict, best: dict) -> float:
+    a, b = result.get("cv_losses"), best.get("cv_losses")
+    if a is None or b is None or len(a) != len(b) or len(a) < 2:
+        return best["cv_nll_se"]
+    difference = np.asarray(a) - np.asarray(b)
+    return float(difference.std(ddof=1) / np.sqrt(len(difference)))
+
+
+def public(result: dict) -> dict:
+    """A candidate's figures as reports keep them (without its per-item losses)."""
+    return {k: v for k, v in result.items() if k != "cv_losses"}
 
 
 def fit_variant(candidate: Candidate, data: VariantScores, idx: np.ndarray, y: np.ndarray) -> Calibrator | HeadCalibrator:
