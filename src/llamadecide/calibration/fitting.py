@@ -242,10 +242,15 @@ def cross_validated(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, ca
                                    texts=None if texts is None else [texts[i] for i in train])
         P = calibrator.apply(L[held], None if lengths is None else lengths[held], None if hidden is None else hidden[held],
                              None if texts is None else [texts[i] for i in held])
-        return -np.log(np.clip(P[np.arange(len(held)), y[held]], 1e-12, 1.0)), P.argmax(1) == y[held]
+        return held_out_figures(P, y[held])
 
     splits = list(splitter(L, y, folds, seed))
     return pooled(splits, in_parallel(fold, splits))
+
+
+def held_out_figures(P: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each held-out item's loss (negative log-probability of its label) and whether it was right."""
+    return -np.log(np.clip(P[np.arange(len(y)), y], 1e-12, 1.0)), P.argmax(1) == y
 
 
 def pooled(splits: list[tuple[np.ndarray, np.ndarray]], folds: list[tuple[np.ndarray, np.ndarray]]) -> dict:

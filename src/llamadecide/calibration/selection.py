@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from llamadecide.calibration.fitting import (Calibrator, Candidate, HeadCalibrator, candidates, content_free_prior_for,
-                                             cross_validated, fit_candidate, in_parallel, pooled, splitter)
+                                             cross_validated, fit_candidate, held_out_figures, in_parallel, pooled,
+                                             splitter)
 from llamadecide.calibration.variants import Variant, VariantScores
 from llamadecide.decisions.maths import HIDDEN_ONLY
 
@@ -71,7 +72,7 @@ def _cross_validated(data: VariantScores, candidate: Candidate, held_out: np.nda
                                    np.array([y_of[int(i)] for i in train]), prior=prior,
                                    hidden=None if data.hidden is None else data.hidden[train], texts=_texts(data, train))
         P = apply_variant(calibrator, data, held_out[held])
-        return -np.log(np.clip(P[np.arange(len(held)), y_held[held]], 1e-12, 1.0)), P.argmax(1) == y_held[held]
+        return held_out_figures(P, y_held[held])
 
     splits = list(splitter(data.L[held_out], y_held, 5, seed))
     return pooled(splits, in_parallel(fold, splits))

@@ -26,6 +26,11 @@ class _Planned:
     ids: list[int] = field(default_factory=list)
 
 
+def _prompt_read(group: list[_Planned]) -> int:
+    """How many of sequence 0's tokens the group reads."""
+    return max((p.reuse for p in group if p.source is None), default=0)
+
+
 class BatchScorer:
     def __init__(self, kv: KVCache, scorer: Scorer) -> None:
         self.kv = kv
@@ -61,8 +66,7 @@ class BatchScorer:
 
     def _cells(self, group: list[_Planned]) -> int:
         """Cells the group needs: its own, the pins it reads and what it reads of sequence 0."""
-        prompt = max((p.reuse for p in group if p.source is None), default=0)
-        return sum(p.cells for p in group) + self.kv.pin_cells({p.source for p in group}) + prompt
+        return sum(p.cells for p in group) + self.kv.pin_cells({p.source for p in group}) + _prompt_read(group)
 
     def _check(self, job: Job) -> None:
         if not job.prefix:
@@ -106,8 +110,7 @@ class BatchScorer:
         self._share_common_prefix(group)
         for p in group:  # evaluating and making room move what pins and sequence 0 hold: look again
             self._locate(p)
-        kv.make_working_room(sum(p.cells for p in group), {p.source for p in group},
-                             prompt=max((p.reuse for p in group if p.source is None), default=0))
+        kv.make_working_room(sum(p.cells for p in group), {p.source for p in group}, prompt=_prompt_read(group))
         for p in group:
             self._locate(p)
         if kv.free < sum(p.cells for p in group) + MIN_CALL_ROWS:  # room was made by dropping what they read

@@ -148,9 +148,10 @@ class KVCache:
 
     # -- the prompt sequence ----------------------------------------------------------------------
 
-    def _source(self, tokens: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
-        """Where the longest reusable prefix of `tokens` is: sequence 0 (None) or a pin, and its length.
-        Deterministic scoring reuses only cells evaluated in deterministic calls."""
+    def source(self, tokens: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
+        """Where the longest reusable prefix of `tokens` is: sequence 0 (None) or a pin, and its length
+        (sequence 0 prepares from it; working sequences share it). Deterministic scoring reuses only
+        cells evaluated in deterministic calls."""
         limit = self._exact if self.deterministic else len(self.prompt)
         best: tuple[tuple[int, ...] | None, int] = (None, common_prefix_length(self.prompt[:limit], tokens))
         for key in self._pins:
@@ -165,7 +166,7 @@ class KVCache:
         cells of sequence 0 that `tokens` does not reuse (dropped when it is prepared), then
         least-recently-used pins, the one `tokens` reuses last."""
         while True:
-            source, reuse = self._source(tokens)
+            source, reuse = self.source(tokens)
             kept = max(0, reuse - self._shared) if source is None else 0
             if len(tokens) - reuse + extra + MIN_CALL_ROWS <= self.n_ctx - self.pinned_cells - kept:
                 return
@@ -177,7 +178,7 @@ class KVCache:
     def prepare(self, tokens: Sequence[int]) -> int:
         """Make sequence 0 hold the longest reusable prefix of `tokens` and nothing else; returns its
         length. The caller evaluates the rest into sequence 0 and records it with `extend`."""
-        source, reuse = self._source(tokens)
+        source, reuse = self.source(tokens)
         if source is not None:
             llama_cpp.llama_memory_seq_rm(self._memory, PROMPT, -1, -1)
             llama_cpp.llama_memory_seq_cp(self._memory, self._pins[source], PROMPT, 0, reuse)
@@ -232,11 +233,6 @@ class KVCache:
                 llama_cpp.llama_memory_seq_rm(self._memory, s, -1, -1)
 
     # -- many prompts at once -------------------------------------------------------------------
-
-    def source(self, tokens: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
-        """Where a working sequence can take the longest prefix of `tokens` from: a pin (its key) or
-        sequence 0 (None), and that length (None, 0: nowhere)."""
-        return self._source(tokens)
 
     def pin_cells(self, keys) -> int:
         return sum(len(key) for key in keys if key is not None)
