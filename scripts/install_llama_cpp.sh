@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (once per CPU feature set) and install llama-cpp-python with safe CPU flags and one patch
-# (scripts/patch_llama_cpp.py: a switch that keeps ggml's CPU flash attention on its row kernel).
+# (scripts/patch_llama_cpp.py: switches for ggml's CPU flash attention, among them the batch-invariant
+# kernel in scripts/llama_cpp_invariant_attention.cpp that the engine uses).
 # Usage: scripts/install_llama_cpp.sh [PYTHON] [extra CMake args, e.g. -DGGML_CUDA=on]
 # The wheel is kept in $LLAMADECIDE_WHEELHOUSE (default ~/.cache/llamadecide/wheels), keyed by
 # version, Python, architecture, CMake arguments and the patch, so a rebuild happens only when one changes.
@@ -11,7 +12,7 @@ shift || true
 version="0.3.36"
 cmake_args="$("$here/llama_cmake_args.sh" "$@")"
 pyver="$("$python" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"
-patch_sum="$(sha256sum "$here/patch_llama_cpp.py" | cut -c1-16)"
+patch_sum="$(cat "$here/patch_llama_cpp.py" "$here/llama_cpp_invariant_attention.cpp" | sha256sum | cut -c1-16)"
 key="$(printf '%s|%s|%s|%s|%s' "$version" "$pyver" "$(uname -m)" "$cmake_args" "$patch_sum" | sha256sum | cut -c1-16)"
 house="${LLAMADECIDE_WHEELHOUSE:-$HOME/.cache/llamadecide/wheels}/$key"
 if ! ls "$house"/llama_cpp_python-*.whl >/dev/null 2>&1; then

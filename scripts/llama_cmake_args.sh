@@ -5,9 +5,13 @@
 # granting it. Instead every x86 feature the CPU reports is turned on explicitly, AMX excepted.
 # The multimodal library (mtmd, formerly LLAVA) is not built: the engine never loads it, and it is
 # a large share of the compile. Extra arguments (e.g. -DGGML_CUDA=on) are appended.
+# LLAMADECIDE_PORTABLE_CPU=1 (the Docker images) builds for any x86-64 with AVX2/FMA/F16C instead of
+# this machine's features, so an image runs on every instance family whatever machine built it.
 set -euo pipefail
 args=(-DLLAVA_BUILD=OFF)
-if [ "$(uname -m)" = "x86_64" ] && [ -r /proc/cpuinfo ]; then
+if [ "${LLAMADECIDE_PORTABLE_CPU:-0}" = "1" ]; then
+  args+=(-DGGML_NATIVE=OFF)
+elif [ "$(uname -m)" = "x86_64" ] && [ -r /proc/cpuinfo ]; then
   flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
   has() { [[ "$flags" == *" $1 "* ]]; }
   args+=(-DGGML_NATIVE=OFF)

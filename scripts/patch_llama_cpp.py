@@ -1,13 +1,21 @@
-"""Patch llama-cpp-python's vendored llama.cpp before it is built (scripts/install_llama_cpp.sh).
+"""Patch llama-cpp-python's vendored llama.cpp before it is built (scripts/install_llama_cpp.sh, and the
+Docker images, which run the same install script).
 
-One change, to ggml's CPU flash attention: GGML_CPU_FA_ROW_KERNEL=1 keeps every batch on the row
-kernel instead of switching to the tiled kernel from 64 query rows. The tiled kernel groups KV
-cells by their absolute index, so a row's numbers would depend on where its cells lie and on how
-many rows share its call; on the row kernel they do not, and the engine can evaluate in calls of
-any size and still give an answer that does not depend on server history or batch-mates
-(llamadecide/engine/batches.py). Unset, ggml behaves as released. The engine finds out whether the
-library it loads has the switch (the variable's name is in it) and otherwise keeps its calls under
-64 rows.
+Two switches in ggml's CPU flash attention, each read once per process; unset, ggml behaves as released:
+
+- GGML_CPU_FA_INVARIANT=1 (what the engine uses): every batch goes to a tiled kernel whose result for a
+  query row depends only on that row and the KV cells it sees, in cell order
+  (scripts/llama_cpp_invariant_attention.cpp). It computes scores with the same tile GEMMs as ggml's
+  own tiled kernel, but takes the softmax against the row's maximum over all its cells and accumulates
+  V in cell order, so where tiles fall (which depends on cell indices and batch-mates) changes nothing.
+- GGML_CPU_FA_ROW_KERNEL=1 (the earlier way, kept for comparison in bench.attention): every batch on
+  ggml's row kernel, which visits a row's cells one at a time. As invariant, but it re-reads every K
+  and V cell for each query row and head, and costs up to twice as much at long context.
+
+Without either, ggml switches to its tiled kernel from 64 query rows, which groups KV cells by their
+absolute index, so a row's numbers would depend on where its cells lie and on its batch-mates. The
+engine finds out which switches the loaded library has (their names are in it) and, with neither,
+keeps its calls under 64 rows (llamadecide/engine/batches.py).
 
     python scripts/patch_llama_cpp.py SOURCE_DIR   # the unpacked llama_cpp_python-VERSION sdist
 """
@@ -17,31 +25,52 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-SWITCH = "GGML_CPU_FA_ROW_KERNEL"
-FUNCTION = f'''
-// llamadecide: {SWITCH}=1 keeps flash attention on the row kernel for every batch size, so a
+ROW_SWITCH = "GGML_CPU_FA_ROW_KERNEL"
+INVARIANT_KERNEL = Path(__file__).with_name("llama_cpp_invariant_attention.cpp")
+ROW_FUNCTION = f'''
+// llamadecide: {ROW_SWITCH}=1 keeps flash attention on the row kernel for every batch size, so a
 // row's result depends neither on its batch-mates nor on where its KV cells lie.
 static bool ggml_fa_row_kernel_only(void) {{
     static const bool only = [] {{
-        const char * env = getenv("{SWITCH}");
+        const char * env = getenv("{ROW_SWITCH}");
         return env != NULL && atoi(env) != 0;
     }}();
     return only;
 }}
 '''
-ANCHOR = "static void ggml_compute_forward_flash_attn_ext_tiled("
-TILED = "        bool use_tiled = !use_ref &&\n"
+# (anchor, replacement): each anchor must occur exactly once in the released source.
+EDITS = [
+    ("#include <algorithm>\n", "#include <algorithm>\n#include <vector>\n"),
+    ("static void ggml_compute_forward_flash_attn_ext_tiled(",
+     ROW_FUNCTION + "\nstatic void ggml_compute_forward_flash_attn_ext_tiled("),
+    ("static void ggml_compute_forward_flash_attn_ext_f16(\n",
+     "@INVARIANT@\nstatic void ggml_compute_forward_flash_attn_ext_f16(\n"),
+    ("    const bool use_split_kv_path = !use_ref && (neq1 == 1",
+     "    const bool use_split_kv_path = !use_ref && !ggml_fa_invariant() && (neq1 == 1"),
+    ("        bool use_tiled = !use_ref &&\n",
+     "        bool use_tiled = !use_ref && !ggml_fa_row_kernel_only() &&\n"),
+    ("        int current_chunk = ith;\n\n        while (current_chunk < nchunk) {",
+     "        const bool use_invariant = !use_ref && ggml_fa_invariant() && q->type == GGML_TYPE_F32 &&\n"
+     "                                   kv_is_f32_or_f16 && k->type == v->type;\n"
+     "        int current_chunk = ith;\n\n        while (current_chunk < nchunk) {"),
+    ("            if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiled(params, dst, ir0, ir1);",
+     "            if (use_invariant) {\n                ggml_compute_forward_flash_attn_ext_invariant(params, dst, ir0, ir1);\n"
+     "            } else if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiled(params, dst, ir0, ir1);"),
+]
 
 
 def patch(source: Path) -> None:
     path = source / "vendor" / "llama.cpp" / "ggml" / "src" / "ggml-cpu" / "ops.cpp"
     text = path.read_text(encoding="utf-8")
-    if SWITCH in text:
+    if "GGML_CPU_FA_INVARIANT" in text:
         return
-    if text.count(ANCHOR) != 1 or text.count(TILED) != 1:
-        sys.exit(f"{path}: the flash-attention code is not what this patch knows; update scripts/patch_llama_cpp.py")
-    text = text.replace(ANCHOR, FUNCTION + "\n" + ANCHOR)
-    text = text.replace(TILED, "        bool use_tiled = !use_ref && !ggml_fa_row_kernel_only() &&\n")
+    for anchor, _ in EDITS:
+        if text.count(anchor) != 1:
+            sys.exit(f"{path}: the flash-attention code is not what this patch knows ({anchor.strip()[:60]!r}); "
+                     "update scripts/patch_llama_cpp.py")
+    kernel = INVARIANT_KERNEL.read_text(encoding="utf-8")
+    for anchor, replacement in EDITS:
+        text = text.replace(anchor, replacement.replace("@INVARIANT@", kernel))
     path.write_text(text, encoding="utf-8")
 
 

@@ -7,13 +7,14 @@ order below that), and flash attention to a tiled kernel from 64 query rows, whi
 by their absolute index (below 64 rows, a row kernel visits the row's own cells in cache order).
 So a deterministic engine evaluates in calls of at least 8 rows, with at least 8 output rows
 whenever any row has an output (the last layer and the vocabulary projection run on output rows
-only), and of at most 63 rows, unless the llama.cpp it loads can keep flash attention on the row
-kernel (`GGML_CPU_FA_ROW_KERNEL`, the one patch `scripts/install_llama_cpp.sh` applies): then a call
-may hold a whole ubatch. Either way a row's numbers depend only on its own tokens and positions
-and on the cells it attends to, taken in cache order, not on its batch-mates nor on where its cells
-lie (`KVCache` keeps every sequence's cells in position order): the same prompt alone, beside other
-prompts, in other chunks or after unrelated cells gives bit-identical log-probabilities
-(`tests/test_determinism.py`, `python -m llamadecide.bench.exactness`).
+only), and of at most 63 rows, unless the llama.cpp it loads has a batch-invariant attention
+kernel at every size (`GGML_CPU_FA_INVARIANT`, from the patch `scripts/install_llama_cpp.sh`
+applies; or the older `GGML_CPU_FA_ROW_KERNEL`, which is as exact and slower at long context):
+then a call may hold a whole ubatch. Either way a row's numbers depend only on its own tokens and
+positions and on the cells it attends to, taken in cache order, not on its batch-mates nor on where
+its cells lie (`KVCache` keeps every sequence's cells in position order): the same prompt alone,
+beside other prompts, in other chunks or after unrelated cells gives bit-identical
+log-probabilities (`tests/test_determinism.py`, `python -m llamadecide.bench.exactness`).
 """
 
 from __future__ import annotations
@@ -30,20 +31,40 @@ import numpy as np
 
 MIN_CALL_ROWS = 8  # ggml's tiled K-quant matmul takes over from 8 rows
 MAX_CALL_ROWS = 63  # ggml's tiled flash attention takes over from 64 query rows
-FA_ROW_KERNEL = "GGML_CPU_FA_ROW_KERNEL"  # scripts/patch_llama_cpp.py: flash attention's row kernel at any size
+# scripts/patch_llama_cpp.py: switches that make flash attention batch-invariant at any call size
+FA_INVARIANT = "GGML_CPU_FA_INVARIANT"  # a tiled kernel whose reduction order is the row's own
+FA_ROW_KERNEL = "GGML_CPU_FA_ROW_KERNEL"  # ggml's row kernel at every size (as exact, slower at long context)
+ATTENTION_SWITCHES = (FA_INVARIANT, FA_ROW_KERNEL)
 
 
-@lru_cache(maxsize=1)
-def _library_has_row_kernel_switch() -> bool:
+@lru_cache(maxsize=None)
+def library_has_switch(name: str) -> bool:
+    """Whether the loaded llama.cpp was built with a switch of scripts/patch_llama_cpp.py."""
     directory = Path(llama_cpp.__file__).parent / "lib"
-    needle = FA_ROW_KERNEL.encode()
+    needle = name.encode()
     return any(needle in path.read_bytes() for path in directory.glob("*ggml*") if path.is_file())
 
 
+def choose_attention(deterministic: bool) -> None:
+    """Set the attention switch ggml reads once per process, unless the environment already chose:
+    for deterministic scoring the batch-invariant kernel where the library has it, else the row kernel."""
+    if any(name in os.environ for name in ATTENTION_SWITCHES):
+        return
+    for name in ATTENTION_SWITCHES:
+        if library_has_switch(name):
+            os.environ[name] = "1" if deterministic else "0"
+            return
+
+
+def invariant_attention() -> str | None:
+    """The switch that makes flash attention batch-invariant at every size in this process, if any."""
+    return next((name for name in ATTENTION_SWITCHES if os.environ.get(name) == "1" and library_has_switch(name)), None)
+
+
 def max_call_rows(n_ubatch: int) -> int:
-    """The most rows a deterministic call may hold: a ubatch when flash attention stays on its row
-    kernel at any size, else under the 64 rows where ggml switches to its tiled kernel."""
-    if os.environ.get(FA_ROW_KERNEL) == "1" and _library_has_row_kernel_switch():
+    """The most rows a deterministic call may hold: a ubatch when flash attention is batch-invariant
+    at any size, else under the 64 rows where ggml switches to its tiled kernel."""
+    if invariant_attention() is not None:
         return max(MIN_CALL_ROWS, n_ubatch)
     return min(MAX_CALL_ROWS, max(MIN_CALL_ROWS, n_ubatch))
 
@@ -124,10 +145,9 @@ class Decoder:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
         self.n_embd = llama_cpp.llama_model_n_embd(model)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, n_seq_max)
-        # Work done since load: llama_decode calls and the batch rows they evaluated for callers;
-        # apart, the scratch rows added to keep call shapes deterministic.
-        self.counters = {"decode_calls": 0, "rows": 0}
-        self.padding_rows = 0
+        # Work done since load: llama_decode calls, the batch rows they evaluated for callers, and
+        # apart from those the scratch rows added to keep call shapes deterministic.
+        self.counters = {"decode_calls": 0, "rows": 0, "padding_rows": 0}
 
     def close(self) -> None:
         if self._batch is not None:
@@ -154,7 +174,7 @@ class Decoder:
             batch.logits[i] = outputs[i]
         self.counters["decode_calls"] += 1
         self.counters["rows"] += n - padding
-        self.padding_rows += padding
+        self.counters["padding_rows"] += padding
         if hidden:
             llama_cpp.llama_set_embeddings(self._ctx, True)
         try:

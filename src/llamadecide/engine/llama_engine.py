@@ -16,7 +16,7 @@ from llama_cpp import _internals as internals
 from llama_cpp import _logger as llama_logger
 
 from llamadecide.engine.batched import BatchScorer
-from llamadecide.engine.batches import FA_ROW_KERNEL, Decoder, max_call_rows
+from llamadecide.engine.batches import Decoder, choose_attention, max_call_rows
 from llamadecide.engine.config import EngineConfig, GenerationResult, Job, TokenEvent, TrieScores
 from llamadecide.engine.generation import SamplingParams, generate_tokens
 from llamadecide.engine.kv_cache import KVCache
@@ -46,9 +46,9 @@ class Engine:
         if not path.is_file():
             raise ModelLoadError(f"model file not found: {path}")
         llama_logger.set_verbose(config.verbose)
-        # Deterministic scoring keeps flash attention on its row kernel at any batch size, where the
-        # loaded llama.cpp has the switch (`batches.max_call_rows`); ggml reads it once per process.
-        os.environ.setdefault(FA_ROW_KERNEL, "1" if config.deterministic else "0")
+        # Deterministic scoring takes a batch-invariant flash attention kernel at any batch size, where
+        # the loaded llama.cpp has one (`batches.max_call_rows`); ggml reads the switch once per process.
+        choose_attention(config.deterministic)
         _init_backend()
         self._lock = threading.RLock()
         problem = gguf_problem(path)
@@ -134,13 +134,9 @@ class Engine:
 
     @property
     def counters(self) -> dict[str, int]:
-        """Work done since load: llama_decode calls and evaluated rows."""
+        """Work done since load: `decode_calls`, `rows` evaluated for callers, and `padding_rows`
+        (scratch rows that pad small calls to a deterministic shape). Read without the lock."""
         return self._decoder.counters
-
-    @property
-    def padding_rows(self) -> int:
-        """Scratch rows evaluated since load to pad small calls to a deterministic shape."""
-        return self._decoder.padding_rows
 
     def close(self) -> None:
         with self._lock:
