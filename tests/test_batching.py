@@ -154,12 +154,28 @@ def test_invocations_take_json_lines_and_answer_a_line_per_record(server):
             [p["probability"] for p in alone["answers"][0]["probabilities"]], abs=EXACT)
 
 
+def _metrics(server) -> dict[str, float]:
+    text = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=120).text
+    return {name: float(value) for name, value in (line.rsplit(" ", 1) for line in text.splitlines()
+                                                    if line and not line.startswith("#"))}
+
+
 def test_concurrent_requests_share_calls_and_answer_as_alone(server):
+    """Eight clients at once: the server serves them in fewer shared engine runs than requests and in
+    fewer llama_decode calls than the same requests one at a time (both from /metrics), and every
+    answer equals the one the request gets alone to 1e-6."""
     texts = _texts(8)
+    calls = "llamadecide_engine_decode_calls_total"
+    runs, served = "llamadecide_engine_batch_decisions_count", "llamadecide_engine_batch_decisions_sum"
+    before = _metrics(server)
     alone = [httpx.post(f"{server.url}/v1/decisions", json=_body(t), headers=AUTH, timeout=120).json() for t in texts]
+    between = _metrics(server)
+    assert between[runs] - before[runs] == len(texts) and between[served] - before[served] == len(texts)
     got: dict[int, dict] = {}
+    start = threading.Barrier(len(texts))
 
     def send(i: int) -> None:
+        start.wait()
         got[i] = httpx.post(f"{server.url}/v1/decisions", json=_body(texts[i]), headers=AUTH, timeout=300).json()
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(texts))]
@@ -167,6 +183,10 @@ def test_concurrent_requests_share_calls_and_answer_as_alone(server):
         thread.start()
     for thread in threads:
         thread.join(300)
+    after = _metrics(server)
+    assert after[served] - between[served] == len(texts)
+    assert after[runs] - between[runs] < len(texts)  # some requests shared an engine run
+    assert after[calls] - between[calls] < between[calls] - before[calls]  # and so fewer llama_decode calls
     for i, expected in enumerate(alone):
         assert [p["probability"] for p in got[i]["answers"][0]["probabilities"]] == pytest.approx(
             [p["probability"] for p in expected["answers"][0]["probabilities"]], abs=EXACT)

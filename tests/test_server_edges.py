@@ -308,6 +308,13 @@ def test_metrics(server):
     assert 'llamadecide_requests_total{route="/v1/decisions",status="200"}' in text
     assert "llamadecide_request_seconds_bucket" in text and "llamadecide_queue_depth" in text
     assert 'llamadecide_tokens_total{kind="scored"}' in text and 'llamadecide_errors_total' in text
+    engine = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+              if line.startswith("llamadecide_engine_")}
+    assert engine["llamadecide_engine_decode_calls_total"] >= 1 and engine["llamadecide_engine_rows_total"] >= 8
+    assert engine["llamadecide_engine_batch_decisions_count"] >= 1 and "llamadecide_engine_padding_rows_total" in engine
+    post(server, "/v1/decisions", decision(input="Another input entirely, so the cache cannot serve it."))
+    again = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=120).text
+    assert f"llamadecide_engine_batch_decisions_count {engine['llamadecide_engine_batch_decisions_count'] + 1}" in again
 
 
 def test_the_api_schema_is_served_and_swagger_ui_is_off_by_default(server):

@@ -44,7 +44,8 @@ class Runtime:
         self.settings = settings
         self.scheduler = EngineScheduler(settings.queue_size, time_limit=settings.request_timeout or None,
                                          batch_size=settings.decision_batch)
-        self.metrics = Metrics(lambda: self.scheduler.depth)
+        self.metrics = Metrics(lambda: self.scheduler.depth,
+                               engine_counters=lambda: self.services.engine.counters if self.services else None)
         self.problog = ProbabilityLog(settings.probability_log) if settings.probability_log else None
         self.services: Services | None = None
         self.load_error: str | None = None
@@ -69,7 +70,8 @@ class Runtime:
                                     max_options=self.settings.max_options, model_sha256=lambda: engine.model_sha256,
                                     profiles=profiles, systemone_extensions=self.settings.systemone_extensions,
                                     max_request_rows=self.settings.max_request_rows,
-                                    max_rotations=self.settings.max_rotations)
+                                    max_rotations=self.settings.max_rotations,
+                                    on_batch=self.metrics.batch_decisions.observe)
         chat = ChatServing(engine, self.scheduler, model_name=name, max_tokens=self.settings.max_tokens)
         self.services = Services(engine, name, decisions, chat)
 

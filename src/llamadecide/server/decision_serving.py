@@ -5,7 +5,6 @@ Both wire formats share this class and so the engine path."""
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -95,8 +94,10 @@ def _named(build: Callable[[], Question], where: str) -> Question:
 class DecisionServing:
     def __init__(self, decider: Decider, *, model_name: str, max_questions: int, max_options: int,
                  profiles: Callable[[str], None] | None = None, model_sha256: Callable[[], str] = lambda: "",
-                 systemone_extensions: bool = True, max_request_rows: int | None = None, max_rotations: int = 8) -> None:
+                 systemone_extensions: bool = True, max_request_rows: int | None = None, max_rotations: int = 8,
+                 on_batch: Callable[[int], None] = lambda n: None) -> None:
         self.systemone_extensions = systemone_extensions
+        self.on_batch = on_batch  # told how many decisions each shared engine run (`run_many`) serves
         self.decider = decider
         self.model_sha256 = model_sha256
         self.model_name = model_name
@@ -216,13 +217,10 @@ class DecisionServing:
 
     # -- run ----------------------------------------------------------------------------------
 
-    def run(self, prepared: Prepared, cancelled: threading.Event | None = None) -> Decision:
-        limits = Limits(self.max_request_rows, cancelled.is_set if cancelled is not None else None)
-        return self.decider.decide(prepared.state, prepared.questions, scoring=prepared.scoring, limits=limits)
-
     def run_many(self, prepared: Sequence[Prepared], jobs: Sequence[Any]) -> list[Decision | Exception]:
         """Many requests' decisions in shared engine calls (`Decider.decide_many`), each what it is
         alone, with its own work bound and cancellation (`jobs[i].cancelled`)."""
+        self.on_batch(len(prepared))
         return self.decider.decide_many([
             DecisionInput(p.state, p.questions, p.scoring, Limits(self.max_request_rows, job.cancelled.is_set))
             for p, job in zip(prepared, jobs)])

@@ -4,14 +4,39 @@ from __future__ import annotations
 
 import time
 
+from typing import Callable, Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 ROUTES = {"/v1/chat/completions", "/v1/completions", "/v1/decisions", "/v1/systemone", "/v1/models",
           "/invocations", "/ping", "/health", "/metrics", "/"}
 
 
+ENGINE_COUNTERS = {  # Engine.counters key -> (metric name without _total, help)
+    "decode_calls": ("llamadecide_engine_decode_calls", "llama_decode calls since the model loaded"),
+    "rows": ("llamadecide_engine_rows", "Batch rows evaluated for requests since the model loaded (scratch rows apart)"),
+    "padding_rows": ("llamadecide_engine_padding_rows",
+                     "Scratch rows evaluated to pad small calls to a deterministic shape since the model loaded"),
+}
+
+
+class EngineCollector(Collector):
+    """The engine's own work counters, read at scrape time (the engine keeps them anyway)."""
+
+    def __init__(self, counters: Callable[[], Mapping[str, int] | None]) -> None:
+        self.counters = counters
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        values = self.counters() or {}
+        for key, (name, text) in ENGINE_COUNTERS.items():
+            yield CounterMetricFamily(name, text, value=values.get(key, 0))
+
+
 class Metrics:
-    def __init__(self, depth) -> None:
+    def __init__(self, depth: Callable[[], int], engine_counters: Callable[[], Mapping[str, int] | None] = lambda: None,
+                 ) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("llamadecide_requests", "HTTP requests", ["route", "status"], registry=self.registry)
         self.latency = Histogram("llamadecide_request_seconds", "Request latency", ["route"], registry=self.registry,
@@ -21,6 +46,10 @@ class Metrics:
         self.answers = Counter("llamadecide_answers", "Decision answers", ["type"], registry=self.registry)
         self.queue = Gauge("llamadecide_queue_depth", "Requests waiting for or using the engine", registry=self.registry)
         self.queue.set_function(depth)
+        self.batch_decisions = Histogram("llamadecide_engine_batch_decisions",
+                                         "Decisions served by one shared engine run", registry=self.registry,
+                                         buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
+        self.registry.register(EngineCollector(engine_counters))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

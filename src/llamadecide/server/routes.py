@@ -17,6 +17,7 @@ from llamadecide.server.protocol.systemone import SystemOneRequest
 
 log = logging.getLogger(__name__)
 router = APIRouter()
+DECISIONS = "decisions"  # the scheduler key of decision requests: any two may share the engine's calls
 
 
 def _runtime(request: Request):
@@ -45,7 +46,7 @@ def record_decision(request: Request, route: str, prepared: Prepared, decision: 
 async def _run_decision(request: Request, services, prepared: Prepared) -> Decision:
     """The decision on the engine thread, sharing its calls with the other decisions waiting then."""
     scheduler = _runtime(request).scheduler
-    return await scheduler.run_shared(services.decisions.run_many, prepared, disconnected=request.is_disconnected)
+    return await scheduler.run_shared(DECISIONS, services.decisions.run_many, prepared, disconnected=request.is_disconnected)
 
 
 async def handle_decisions(request: Request, body: DecisionRequest) -> dict:

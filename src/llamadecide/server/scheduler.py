@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Hashable, TypeVar
 
 from llamadecide.errors import RequestTimeoutError
 from llamadecide.server.errors import APIError
@@ -53,8 +53,9 @@ class Job:
 
 @dataclass
 class _Shared:
-    """Work waiting to share the engine's calls with other work of its kind."""
+    """Work waiting to share the engine's calls with other work of the same key."""
 
+    key: Hashable
     fn: Callable[[list[Any], list["Job"]], list[Any]]
     item: Any
     job: "Job"
@@ -70,7 +71,7 @@ class EngineScheduler:
         self._pending = 0  # waiting or running
         self._jobs: set[threading.Event] = set()  # cancellation events of admitted jobs
         self.draining = False  # set once a shutdown's drain time has run out
-        self.batch_size = batch_size  # most waiting items of one kind evaluated together (`run_shared`)
+        self.batch_size = batch_size  # most waiting items of one key evaluated together (`run_shared`)
         self._shared: deque[_Shared] = deque()
 
     @property
@@ -141,16 +142,17 @@ class EngineScheduler:
         finally:
             self._release(cancelled)
 
-    async def run_shared(self, fn: Callable[[list[Any], list[Job]], list[Any]], item: Any, *, job: Job | None = None,
-                         disconnected: Callable[[], Awaitable[bool]] | None = None) -> Any:
-        """Run `item` on the engine thread together with the other items waiting for the same `fn`
+    async def run_shared(self, key: Hashable, fn: Callable[[list[Any], list[Job]], list[Any]], item: Any, *,
+                         job: Job | None = None, disconnected: Callable[[], Awaitable[bool]] | None = None) -> Any:
+        """Run `item` on the engine thread together with the other items waiting under an equal `key`
         (continuous batching): when the engine takes the first of them, it takes up to `batch_size`
-        waiting ones and calls `fn(items, jobs)` once, which returns each item's result or exception.
-        An idle engine never waits for a batch to fill. Cancellation, time limits and drain work per
-        item as in `run`."""
+        waiting ones of that key and calls the first one's `fn(items, jobs)` once, which returns each
+        item's result or exception. Items of one key must be able to share one call of one `fn`; the
+        key is compared by value, never by identity. An idle engine never waits for a batch to fill.
+        Cancellation, time limits and drain work per item as in `run`."""
         job = job or self.new_job()
         self._admit(job.cancelled)
-        shared = _Shared(fn, item, job)
+        shared = _Shared(key, fn, item, job)
         try:
             with self._lock:
                 self._shared.append(shared)
@@ -177,7 +179,7 @@ class EngineScheduler:
             self._release(job.cancelled)
 
     def _drain_shared(self) -> None:
-        """On the engine thread: take the waiting items of the first one's kind and run them at once."""
+        """On the engine thread: take the waiting items of the first one's key and run them at once."""
         with self._lock:
             taken: list[_Shared] = []
             kept: deque[_Shared] = deque()
@@ -185,7 +187,7 @@ class EngineScheduler:
                 entry = self._shared.popleft()
                 if entry.job.cancelled.is_set():
                     entry.future.set_exception(Abandoned())
-                elif len(taken) < self.batch_size and (not taken or entry.fn is taken[0].fn):
+                elif len(taken) < self.batch_size and (not taken or entry.key == taken[0].key):
                     taken.append(entry)
                 else:
                     kept.append(entry)
