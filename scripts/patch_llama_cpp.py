@@ -50,12 +50,12 @@ EDITS = [
     ("        bool use_tiled = !use_ref &&\n",
      "        bool use_tiled = !use_ref && !ggml_fa_row_kernel_only() &&\n"),
     ("        int current_chunk = ith;\n\n        while (current_chunk < nchunk) {",
-     "        const bool use_invariant = !use_ref && ggml_fa_invariant() && q->type == GGML_TYPE_F32 &&\n"
-     "                                   kv_is_f32_or_f16 && k->type == v->type;\n"
+     "        if (!use_ref && ggml_fa_invariant() && q->type == GGML_TYPE_F32 && kv_is_f32_or_f16 && k->type == v->type &&\n"
+     "            k->ne[2] == v->ne[2] && k->ne[3] == v->ne[3]) {\n"
+     "            ggml_compute_forward_flash_attn_ext_invariant(params, dst);  // its own split of the work\n"
+     "            return;\n"
+     "        }\n"
      "        int current_chunk = ith;\n\n        while (current_chunk < nchunk) {"),
-    ("            if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiled(params, dst, ir0, ir1);",
-     "            if (use_invariant) {\n                ggml_compute_forward_flash_attn_ext_invariant(params, dst, ir0, ir1);\n"
-     "            } else if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiled(params, dst, ir0, ir1);"),
 ]
 
 
