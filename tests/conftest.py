@@ -6,10 +6,10 @@ import os
 # starts), whatever the installed default is.
 os.environ["LLAMADECIDE_DEFAULT_MODEL"] = "smollm2-135m-instruct"
 
-import pytest  # noqa: E402
-
 import sys  # noqa: E402
 from pathlib import Path
+
+import pytest  # noqa: E402
 
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
 

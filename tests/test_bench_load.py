@@ -1,14 +1,12 @@
 """The load benchmark's pure parts, and one short real run against the server."""
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
-from llamadecide.bench.load import Record, cost_table, load_prices, parse_choice, run_level, summarise
-from llamadecide.calibration.data import TASKS_DIR, LabelledItem, load_task
 from conftest import API_KEY
-
+from llamadecide.bench.load import Record, cost_table, floor_figures, load_prices, parse_choice, run_level, summarise
+from llamadecide.calibration.data import TASKS_DIR, LabelledItem, load_task
 
 
 def test_parse_choice_finds_the_named_option_or_none():
@@ -43,10 +41,24 @@ def test_a_short_real_run(server):
              LabelledItem("2", "Shares of the chip maker fell after weak earnings.", "Business")]
     golds = [task.gold_index(i.label) for i in items]
     for kind in ("decision", "chat"):
-        records, wall = asyncio.run(run_level(server.url, API_KEY, kind, task, items, golds, concurrency=2, requests=4, warmup=1))
+        records, wall, work = asyncio.run(run_level(server.url, API_KEY, kind, task, items, golds, concurrency=2, requests=4, warmup=1))
         s = summarise(records, wall)
         assert s["requests"] == 4 and s["ok"] == 4, s
         if kind == "chat":
             assert s["ttft_p50_s"] > 0 and "invalid_answer_rate" in s
         else:
             assert s["invalid_answer_rate"] == 0.0
+            # what the engine did for the four measured decisions, read from the server's /metrics
+            assert work is not None and work["decisions"] == 4 and 1 <= work["runs"] <= 4 and work["rows"] > 0
+            figures = floor_figures(s, work, 0.002)
+            assert figures["rows_per_request"] == work["rows"] / 4
+            assert figures["floor_efficiency"] == pytest.approx(figures["rows_per_request"] * 0.002 * s["throughput_rps"])
+
+
+def test_floor_figures_follow_from_the_counters():
+    summary = {"ok": 10, "throughput_rps": 4.0}
+    work = {"rows": 250.0, "decode_calls": 5.0, "runs": 4.0, "decisions": 10.0}
+    figures = floor_figures(summary, work, 0.01)
+    assert figures == pytest.approx({"rows_per_request": 25.0, "decode_calls_per_request": 0.5,
+                                     "decisions_per_engine_run": 2.5, "floor_s_per_request": 0.25, "floor_efficiency": 1.0})
+    assert floor_figures(summary, None, 0.01) == {} and "floor_efficiency" not in floor_figures(summary, work, None)

@@ -63,7 +63,7 @@ def test_measure_reports_guaranteed_coverage_only_when_the_bound_holds():
 
 def test_the_nested_row_measures_the_chosen_method_on_held_out_labelled_folds():
     from llamadecide.calibration.fitting import Candidate
-    from llamadecide.calibration.run import Variant, VariantScores
+    from llamadecide.calibration.variants import Variant, VariantScores
 
     rng = np.random.default_rng(1)
     y = rng.integers(0, 3, 300)

@@ -3,19 +3,14 @@ read the hidden state in the scoring call or alone, on the real bundled model.""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from llamadecide.calibration.data import TASKS_DIR, load_task
-from llamadecide.decisions import Decider, Scoring, choice
-from llamadecide.decisions import maths
+from llamadecide.decisions import Decider, Scoring, choice, maths
 from llamadecide.decisions.prompt import build_messages
 from llamadecide.decisions.rules import Head
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
-
 from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY
 
 TEXT = "I lost my card yesterday and I think someone is using it, can you block it?"

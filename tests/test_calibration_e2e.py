@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 
 from conftest import API_KEY
 from llamadecide.calibration.backends import HTTPBackend, LocalBackend, SageMakerBackend
+from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.profile import CalibrationProfile
-from llamadecide.calibration.run import RunConfig, calibrate
+from llamadecide.calibration.run import calibrate
 from llamadecide.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]

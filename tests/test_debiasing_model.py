@@ -5,12 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llamadecide.decisions import Decider, Scoring, choice, predicate, score
-from llamadecide.decisions import maths
+from llamadecide.decisions import Decider, Scoring, choice, maths, predicate, score
 from llamadecide.decisions.rotations import rotate
 from llamadecide.decisions.rules import Demonstration, Head
 from llamadecide.errors import InvalidRequestError
-
 from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY
 
 NEWS = "The central bank raised interest rates by half a point, sending bond yields to a ten-year high."
@@ -93,7 +91,7 @@ def test_rotated_scores_are_the_mean_of_each_rotation(engine):
     question = choice("What is the topic of this news article?", TOPIC, mode="labels")
     combined = decider.decide(NEWS, [question], scoring=Scoring(rotations=2)).answers[0]
     singles = [decider.decide(NEWS, [rotate(question, s)]).answers[0] for s in (0, 2)]
-    for i, option in enumerate(combined.options):
+    for option in combined.options:
         each = [next(o.logprob for o in answer.options if o.value == option.value) for answer in singles]
         assert option.logprob == pytest.approx(np.mean(each), abs=LAYOUT_NOISE)
 

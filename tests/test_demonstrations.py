@@ -6,19 +6,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams
-from llamadecide.calibration.run import RunConfig, calibrate, choose_demonstrations, score_variants
 from llamadecide.calibration.backends import ItemScores
 from llamadecide.calibration.cache import ScoreCache
+from llamadecide.calibration.config import RunConfig
+from llamadecide.calibration.data import LabelledItem, Task
+from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams
+from llamadecide.calibration.run import calibrate
+from llamadecide.calibration.variants import choose_demonstrations, score_variants
 from llamadecide.decisions import Decider, Scoring, choice, predicate
 from llamadecide.decisions.prompt import build_messages
 from llamadecide.decisions.rotations import rotate
 from llamadecide.decisions.rotations import shown as _shown
 from llamadecide.decisions.rules import Demonstration
 from llamadecide.errors import InvalidRequestError
-
 from test_scoring_model import LAYOUT_NOISE
+
 
 @pytest.fixture(autouse=True)
 def no_pins_left_behind(request):
@@ -172,7 +174,7 @@ def test_calibration_scores_a_demonstration_with_the_others_only(tmp_path):
 def test_question_first_demonstrations_are_never_scored_nor_fitted_on(tmp_path):
     """Many-shot in the question-first format: one prefix for every item (evaluated once); the items
     it shows are part of every prompt, so no variant is fitted or measured on them."""
-    from llamadecide.calibration.run import demonstration_items
+    from llamadecide.calibration.variants import demonstration_items
 
     task = Task("t", "predicate", "It holds.", [True, False], [None, None], {"1": True, "0": False})
     items = [LabelledItem(id=str(i), text=f"item {i}", label=str(i % 2)) for i in range(12)]

@@ -78,3 +78,35 @@ def test_a_head_on_the_hidden_state_alone_ignores_the_log_likelihoods_and_serves
     labels = [c.label for c in candidates(False, has_hidden=True, has_texts=True)]
     assert "head (hidden state, C=0.05) + lexical" in labels and "head (C=0.05)" in labels
     assert Candidate("head", False, C=0.5, features=HIDDEN_ONLY).method == "head"
+
+
+def test_selection_fits_each_head_and_lexical_expert_once_and_the_memo_changes_no_result(monkeypatch):
+    """Cross-validating the lexical and plain heads over two C values refits the same logistic
+    regressions and lexical experts many times: the memo answers the repeats (counted), with the
+    same held-out figures as fitting every one afresh."""
+    from llamadecide.calibration import fitting
+    from llamadecide.calibration.fitting import Candidate, cross_validated
+    from llamadecide.decisions.maths import HIDDEN_ONLY
+
+    rng = np.random.default_rng(0)
+    words = ["refund", "card", "password", "transfer"]
+    y = np.arange(60) % 4
+    texts = [f"please help with my {words[c]} {rng.integers(100)}" for c in y]
+    hidden = rng.normal(size=(60, 12)) + y[:, None] * 0.3
+    L = np.zeros((60, 4))
+    grid = [Candidate("head", False, C=c, lexical=x, features=HIDDEN_ONLY) for x in (False, True) for c in (0.05, 0.5)]
+
+    def run() -> list[dict]:
+        return [cross_validated(L, None, y, c, hidden=hidden, texts=texts if c.lexical else None) for c in grid]
+
+    monkeypatch.setattr(fitting, "HEAD_FITS", fitting.FitMemo(0))
+    monkeypatch.setattr(fitting, "LEXICAL_FITS", fitting.FitMemo(0))
+    afresh = run()
+    assert fitting.HEAD_FITS.hits == 0
+    monkeypatch.setattr(fitting, "HEAD_FITS", fitting.FitMemo(96))
+    monkeypatch.setattr(fitting, "LEXICAL_FITS", fitting.FitMemo(48))
+    memoised = run()
+    assert fitting.HEAD_FITS.hits >= 10  # each C's outer-fold heads, fitted for the plain and the lexical candidate
+    assert fitting.LEXICAL_FITS.hits >= 20  # every lexical expert of the second C (outer and inner folds)
+    for a, b in zip(afresh, memoised):
+        assert a["nll"] == b["nll"] and a["accuracy"] == b["accuracy"]

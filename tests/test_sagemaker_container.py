@@ -10,8 +10,8 @@ import sys
 
 import httpx
 
-from llamadecide.engine import bundled_model_path
 from llamadecide.bench.server_process import ServerProcess
+from llamadecide.engine import bundled_model_path
 
 
 def test_defaults_are_sagemakers(monkeypatch, tmp_path):

@@ -9,9 +9,9 @@ import openai
 import pytest
 from openai.types import Decision
 from openai.types.chat import ChatCompletion
+from typesafe_sdk import RetryPolicy
 
 from conftest import API_KEY
-from typesafe_sdk import RetryPolicy
 
 NO_RETRY = RetryPolicy(max_retries=0)  # a slow answer on a busy machine must not be sent twice
 

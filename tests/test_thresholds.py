@@ -2,8 +2,14 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from llamadecide.calibration.thresholds import (clopper_pearson_lower, conformal_quantile, conformal_report,
-                                               evaluate_threshold, select_threshold, smallest_passing_sample)
+from llamadecide.calibration.thresholds import (
+    clopper_pearson_lower,
+    conformal_quantile,
+    conformal_report,
+    evaluate_threshold,
+    select_threshold,
+    smallest_passing_sample,
+)
 
 
 def test_clopper_pearson_matches_scipy():

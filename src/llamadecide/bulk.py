@@ -9,9 +9,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from llamadecide.decisions import Answer, Decider, Decision, DecisionInput, Question, Scoring
 from llamadecide.errors import InvalidRequestError, LlamaDecideError

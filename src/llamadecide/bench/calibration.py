@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from llamadecide.calibration.backends import LocalBackend
+from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import TASKS_DIR, file_fingerprint, load_task, read_labelled
 from llamadecide.calibration.report import print_summary
-from llamadecide.calibration.run import RunConfig, calibrate
+from llamadecide.calibration.run import calibrate
 from llamadecide.engine import Engine
 from llamadecide.settings import Settings
 

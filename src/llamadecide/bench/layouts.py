@@ -13,9 +13,11 @@ request, p50 / p95 latency, accuracy of the argmax, and the ratios to `llamadeci
 
 --epsilon runs every layout once per bound (0, the server's default: exact; above 0, a large answer
 trie is expanded best-first, `answer_epsilon`), reporting the largest bound an answer had. --head-labels N
-also fits, for each question-first layout, a head on the hidden state alone with the lexical
-expert (`calibrate`'s candidate; C by cross-validation) on N items of the labelled part, and
-decides the same test items with it: that head evaluates the prompt only.
+also fits, for each question-first layout and for the head formats (`llamadecide-4`, the question
+without its options; `llamadecide-5`, the input alone), a head on the hidden state alone (with the
+lexical expert unless --no-lexical; C by cross-validation) on N items of the labelled part, and
+decides the same test items with it: that head evaluates the prompt only. Its price (rows, p50)
+stands beside its accuracy and NLL (the mean negative log-probability of the gold option).
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from llamadecide.bench.quality import DATASETS
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, cross_validated, fit_head
 from llamadecide.calibration.profile import HeadParams
-from llamadecide.calibration.run import choose_demonstrations, split
+from llamadecide.calibration.run import split
+from llamadecide.calibration.variants import choose_demonstrations
 from llamadecide.decisions import Decider, Scoring
 from llamadecide.decisions.maths import HIDDEN_ONLY
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
+from llamadecide.decisions.prompt import HEAD_ONLY_FORMATS, INPUT_ONLY, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
 from llamadecide.decisions.rules import Demonstration, Head
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
 
@@ -49,7 +52,7 @@ def run_layout(engine: Engine, decider: Decider, question, texts: list[str], gol
     began = time.perf_counter()
     decider.decide(texts[-1], [question], scoring=rule)  # evaluates and pins the question prefix (not counted)
     first = time.perf_counter() - began
-    seconds, rows, calls, correct, cached, bounds = [], [], [], [], [], []
+    seconds, rows, calls, correct, cached, bounds, losses = [], [], [], [], [], [], []
     for text, y in zip(texts[:-1], gold[:-1]):
         before = dict(engine.counters)
         began = time.perf_counter()
@@ -59,22 +62,29 @@ def run_layout(engine: Engine, decider: Decider, question, texts: list[str], gol
         calls.append(engine.counters["decode_calls"] - before["decode_calls"])
         cached.append(decision.extra["cached_tokens"])
         correct.append(int(np.argmax(decision.answers[0].probabilities)) == int(y))
+        losses.append(-float(np.log(max(decision.answers[0].probabilities[int(y)], 1e-12))))
         bounds.append(decision.answers[0].bound)
     return {"layout": rule.layout, "shots": len(rule.demonstrations), "method": method, "epsilon": decider.epsilon,
             "max_bound": float(max(bounds)), "items": len(seconds),
             "rows_per_request": float(np.mean(rows)), "decode_calls": float(np.mean(calls)),
             "cached_tokens": float(np.median(cached)), "p50_s": float(np.median(seconds)),
-            "p95_s": float(np.percentile(seconds, 95)), "first_s": first, "accuracy": float(np.mean(correct))}
+            "p95_s": float(np.percentile(seconds, 95)), "first_s": first, "accuracy": float(np.mean(correct)),
+            "nll": float(np.mean(losses))}
 
 
-def fit_hidden_head(decider: Decider, question, rule: Scoring, texts: list[str], y: np.ndarray) -> Head:
-    """A head on the hidden state alone with the lexical expert, C chosen by cross-validated NLL
-    among calibrate's grid, fitted on these labelled items."""
-    H = np.array([decider.hidden(text, question, demonstrations=rule.demonstrations, layout=rule.layout) for text in texts])
+def fit_hidden_head(decider: Decider, question, rule: Scoring, texts: list[str], y: np.ndarray, *,
+                    lexical: bool = True) -> Head:
+    """A head on the hidden state alone (with the lexical expert), C chosen by cross-validated NLL
+    among calibrate's grid, fitted on these labelled items (hidden states read 16 to a call)."""
+    H = np.array([h for start in range(0, len(texts), 16)
+                  for h in decider.hidden_many(texts[start:start + 16], question, demonstrations=rule.demonstrations,
+                                               layout=rule.layout)])
     L = np.zeros((len(texts), len(question.options)))  # not read by this head
     best = min(HEAD_C_GRID, key=lambda C: cross_validated(
-        L, None, y, Candidate("head", False, C=C, lexical=True, features=HIDDEN_ONLY), hidden=H, texts=texts)["nll"])
-    return HeadParams.from_calibrator(fit_head(L, H, y, C=best, texts=texts, features=HIDDEN_ONLY)).build()
+        L, None, y, Candidate("head", False, C=C, lexical=lexical, features=HIDDEN_ONLY), hidden=H,
+        texts=texts if lexical else None)["nll"])
+    fitted = fit_head(L, H, y, C=best, texts=texts if lexical else None, features=HIDDEN_ONLY)
+    return HeadParams.from_calibrator(fitted).build()
 
 
 def run_dataset(engine: Engine, name: str, args) -> list[dict]:
@@ -86,9 +96,9 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
     texts = [items[i].text for i in test]
     question = task.question()
     rules = [Scoring(layout=PROMPT_FORMAT_VERSION)]
-    for layout in QUESTION_FIRST_FORMATS:
+    for layout in (*QUESTION_FIRST_FORMATS, INPUT_ONLY):
         rules.append(Scoring(layout=layout))
-        for per_class in args.shots_per_class:
+        for per_class in (args.shots_per_class if layout not in HEAD_ONLY_FORMATS else ()):
             chosen = choose_demonstrations(items, y, pool, per_class * len(task.options), args.seed)
             rules.append(Scoring(layout=layout, demonstrations=tuple(Demonstration(items[i].text, int(y[i]))
                                                                      for i in chosen)))
@@ -101,14 +111,16 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
     for rule in rules:
         if args.layouts and rule.layout not in args.layouts:
             continue
-        for epsilon in args.epsilon:
+        for epsilon in (args.epsilon if rule.layout not in HEAD_ONLY_FORMATS else ()):  # those show no options
             record(run_layout(engine, Decider(engine, epsilon=epsilon), question, texts, y[test], rule))
-        if args.head_labels and rule.layout in QUESTION_FIRST_FORMATS:
+        if args.head_labels and rule.layout != PROMPT_FORMAT_VERSION:
             shown = {d.input for d in rule.demonstrations}
             labelled = [int(i) for i in pool if items[i].text not in shown][: args.head_labels]
-            head = fit_hidden_head(Decider(engine), question, rule, [items[i].text for i in labelled], y[labelled])
+            head = fit_hidden_head(Decider(engine), question, rule, [items[i].text for i in labelled], y[labelled],
+                                   lexical=args.lexical)
+            expert = " + lexical" if args.lexical else ""
             record(run_layout(engine, Decider(engine), question, texts, y[test], replace(rule, head=head),
-                              method=f"head, hidden state + lexical ({len(labelled)} labels)"))
+                              method=f"head, hidden state{expert} ({len(labelled)} labels)"))
     baseline = next((r for r in rows if r["layout"] == PROMPT_FORMAT_VERSION and r["shots"] == 0
                      and r["method"] == "zero-shot" and r["epsilon"] == min(args.epsilon, default=0.0)), None)
     for row in rows:
@@ -121,11 +133,11 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
 def print_table(rows: list[dict], console: Console, title: str) -> None:
     table = Table(title=title)
     for column in ("data set", "layout", "shots", "method", "epsilon", "rows/request", "decode calls", "p50 s", "p95 s", "first s",
-                   "accuracy", "p50 speed-up"):
+                   "accuracy", "NLL", "p50 speed-up"):
         table.add_column(column, justify="left" if column in ("data set", "layout") else "right")
     for r in rows:
         table.add_row(r["dataset"], r["layout"], str(r["shots"]), r["method"], f"{r['epsilon']:g}", f"{r['rows_per_request']:.1f}", f"{r['decode_calls']:.2f}",
-                      f"{r['p50_s']:.3f}", f"{r['p95_s']:.3f}", f"{r['first_s']:.2f}", f"{r['accuracy']:.3f}",
+                      f"{r['p50_s']:.3f}", f"{r['p95_s']:.3f}", f"{r['first_s']:.2f}", f"{r['accuracy']:.3f}", f"{r['nll']:.3f}",
                       f"{r['p50_speedup']:.2f}x" if "p50_speedup" in r else "-")
     console.print(table)
 
@@ -142,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="answer bounds to run each layout with (0: exact answer tries; none: heads only)")
     parser.add_argument("--head-labels", type=int, default=0,
                         help="also fit and time a head on the hidden state (+ lexical) on this many labelled items, "
-                             "question-first layouts only (0: none)")
+                             "every layout but llamadecide-1 (0: none)")
+    parser.add_argument("--no-lexical", dest="lexical", action="store_false", help="heads without the lexical expert")
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1: all)")

@@ -107,9 +107,34 @@ async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | Non
         return Record(kind, 0, time.perf_counter() - began, error=f"{type(exc).__name__}: {exc}")
 
 
+ENGINE_METRICS = {  # what a level reads of the server's engine counters (/metrics), before and after it
+    "decode_calls": "llamadecide_engine_decode_calls_total",
+    "rows": "llamadecide_engine_rows_total",
+    "runs": "llamadecide_engine_batch_decisions_count",
+    "decisions": "llamadecide_engine_batch_decisions_sum",
+}
+
+
+async def engine_counters(client: httpx.AsyncClient) -> dict[str, float] | None:
+    """The server's engine counters, or None when it does not expose them (another server)."""
+    try:
+        response = await client.get("/metrics")
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    values = dict(line.rsplit(" ", 1) for line in response.text.splitlines() if line and not line.startswith("#"))
+    if not all(name in values for name in ENGINE_METRICS.values()):
+        return None
+    return {key: float(values[name]) for key, name in ENGINE_METRICS.items()}
+
+
 async def run_level(url: str, api_key: str | None, kind: str, task: Task, items: list[LabelledItem], golds: list[int],
                     concurrency: int, requests: int, warmup: int, *, profile: str | None = None,
-                    predicate: str | None = None) -> tuple[list[Record], float]:
+                    predicate: str | None = None) -> tuple[list[Record], float, dict[str, float] | None]:
+    """One concurrency level: `requests` measured requests from `concurrency` clients after `warmup`
+    unmeasured ones. Returns the records, the wall time, and what the engine did for the measured
+    requests (counter deltas from /metrics; None when the server does not expose them)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
@@ -133,9 +158,47 @@ async def run_level(url: str, api_key: str | None, kind: str, task: Task, items:
                 item = items[i % len(items)]
                 records.append(await _one(client, kind, make(task, item), None if predicate else golds[i % len(items)], task))
 
+        before = await engine_counters(client)
         began = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return records, time.perf_counter() - began
+        wall = time.perf_counter() - began
+        after = await engine_counters(client)
+        work = {key: after[key] - before[key] for key in ENGINE_METRICS} if before and after else None
+        return records, wall, work
+
+
+def row_seconds(model_path: Path, texts: list[str], *, n_gpu_layers: int = 0, tokens: int = 512) -> float:
+    """Seconds the engine takes per row in a large call (a `tokens`-row prompt from the workload's
+    texts, from an empty cache; median of three): what a decision's rows cost at best, its floor."""
+    from llamadecide.engine import Engine, EngineConfig
+
+    engine = Engine(EngineConfig(model_path=model_path, n_gpu_layers=n_gpu_layers, n_ctx=max(4096, tokens + 64)))
+    try:
+        prompt: list[int] = []
+        for text in texts * (tokens // 8 + 1):
+            prompt += engine.tokenize(text + "\n\n", special=False)
+            if len(prompt) >= tokens:
+                break
+        prompt = prompt[:tokens]
+        engine.evaluate(prompt)  # warm-up
+        return statistics.median(engine.evaluate(prompt) for _ in range(3)) / len(prompt)
+    finally:
+        engine.close()
+
+
+def floor_figures(summary: dict, work: dict[str, float] | None, seconds_per_row: float | None) -> dict:
+    """A decision level against its compute floor: rows and calls per request, decisions per shared
+    engine run, the floor (rows x seconds a row in a large call) and its share of the served seconds
+    per decision at that concurrency (1 / throughput)."""
+    if not work or not summary.get("ok"):
+        return {}
+    ok = summary["ok"]
+    out = {"rows_per_request": work["rows"] / ok, "decode_calls_per_request": work["decode_calls"] / ok,
+           "decisions_per_engine_run": work["decisions"] / work["runs"] if work["runs"] else None}
+    if seconds_per_row:
+        out["floor_s_per_request"] = out["rows_per_request"] * seconds_per_row
+        out["floor_efficiency"] = out["floor_s_per_request"] * summary["throughput_rps"]
+    return out
 
 
 def summarise(records: list[Record], wall_s: float) -> dict:

@@ -31,12 +31,13 @@ from llamadecide.bench.load import parse_choice
 from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import LocalBackend
 from llamadecide.calibration.cache import ScoreCache
+from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import TASKS_DIR, LabelledItem, Task, load_task, read_labelled
 from llamadecide.calibration.fitting import Candidate, splitter
-from llamadecide.calibration.run import RunConfig, split
+from llamadecide.calibration.run import split
 from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, select
-from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items, score_variants
 from llamadecide.calibration.thresholds import Threshold, evaluate_threshold, select_threshold
+from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items, score_variants
 from llamadecide.decisions import lexical
 from llamadecide.decisions.maths import HIDDEN_ONLY, LOGLIK_HIDDEN, confidence
 from llamadecide.decisions.prompt import PROMPT_FORMATS
@@ -163,11 +164,11 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
     results, fitted = select(scored, cal_idx, y_cal)
     heads = [r for r in results if r["kind"] == "head"]
     for variant in scored:
-        for features, lexical, name in ((LOGLIK_HIDDEN, False, "head"), (LOGLIK_HIDDEN, True, "head + lexical"),
-                                        (HIDDEN_ONLY, False, "head, hidden state alone"),
-                                        (HIDDEN_ONLY, True, "head, hidden state alone + lexical")):
+        for features, with_lexical, name in ((LOGLIK_HIDDEN, False, "head"), (LOGLIK_HIDDEN, True, "head + lexical"),
+                                             (HIDDEN_ONLY, False, "head, hidden state alone"),
+                                             (HIDDEN_ONLY, True, "head, hidden state alone + lexical")):
             mine = [r for r in heads if (r["mode"], r["rotations"], r["shots"], r["layout"], r["lexical"], r["features"])
-                    == (variant.mode, variant.rotations, variant.shots, variant.layout, lexical, features)]
+                    == (variant.mode, variant.rotations, variant.shots, variant.layout, with_lexical, features)]
             if mine:
                 rows.append(_fitted_row(name, min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
     best, _ = choose(results)

@@ -8,9 +8,9 @@ Needs the `gguf` package (test extra). Supports the `llama` architecture (e.g. S
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

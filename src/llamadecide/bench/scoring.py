@@ -17,7 +17,7 @@ import argparse
 import json
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.table import Table

@@ -31,7 +31,7 @@ class ServerProcess:
         self.log_path = (log_dir or Path("/tmp")) / f"llamadecide-server-{self.port}.log"
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 300.0) -> "ServerProcess":
+    def start(self, timeout: float = 300.0) -> ServerProcess:
         self._log = open(self.log_path, "wb")
         command = self.command or [sys.executable, "-m", "llamadecide.cli.main", "serve", "--port", str(self.port), *self.args]
         self.process = subprocess.Popen(command, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
@@ -62,7 +62,7 @@ class ServerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

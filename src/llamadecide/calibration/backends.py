@@ -11,9 +11,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from llamadecide.decisions import Decider, Question, Scoring
-from llamadecide.decisions.rules import Demonstration
 from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
+from llamadecide.decisions.rules import Demonstration
 from llamadecide.errors import LlamaDecideError
 
 

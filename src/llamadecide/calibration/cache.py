@@ -13,7 +13,6 @@ import numpy as np
 
 from llamadecide.calibration.backends import ItemScores
 
-
 # Scores cached before the engine's deterministic numerics (flash attention, fixed call shapes) moved
 # by llama.cpp's kernel noise: not reused.
 NUMERICS = "deterministic-1"

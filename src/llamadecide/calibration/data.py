@@ -98,7 +98,7 @@ class Task:
             if option == value and type(option) is type(value):
                 return i
         if self.type == "score":
-            for i, option in enumerate(self.options):
+            for i in range(len(self.options)):
                 if str(i) == str(value):
                     return i
         raise InvalidRequestError(f"data label {label!r} maps to {value!r}, which is not an option of task {self.name!r}; "

@@ -6,20 +6,79 @@ lexical expert on the input text."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import threading
 import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal, TypeVar
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 from sklearn.model_selection import StratifiedKFold
 
 from llamadecide.decisions.lexical import LexicalModel, fit_lexical
-from llamadecide.decisions.maths import HIDDEN_ONLY, LOGLIK_HIDDEN, content_free_prior, head_features, head_probabilities
+from llamadecide.decisions.maths import (
+    HIDDEN_ONLY,
+    LOGLIK_HIDDEN,
+    content_free_prior,
+    head_features,
+    head_probabilities,
+)
 
 Kind = Literal["none", "temperature", "temperature+bias", "head"]
+T = TypeVar("T")
+
+
+class FitMemo:
+    """Fits already made, by a digest of their inputs. Selection refits the same thing many times: a
+    head's logistic regression for each lexical variant of a candidate, a lexical expert for each C
+    (and both again in the inner folds of the mix). A fit is a pure function of its inputs, so the
+    memo changes no result; it is bounded (least recently used out) and thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[bytes, object] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def get(self, key: bytes, make: Callable[[], T]) -> T:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return self._items[key]  # type: ignore[return-value]
+        value = make()
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return value
+
+
+def digest(*parts: object) -> bytes:
+    """A digest of arrays, texts and numbers, for `FitMemo` keys."""
+    h = hashlib.blake2b(digest_size=20)
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            array = np.ascontiguousarray(part)
+            h.update(f"{array.dtype.str}{array.shape}".encode())
+            h.update(array.data)
+        elif isinstance(part, (list, tuple)):
+            h.update(f"[{len(part)}]".encode())
+            for item in part:
+                h.update(str(item).encode("utf-8", "surrogatepass") + b"\x00")
+        else:
+            h.update(repr(part).encode())
+        h.update(b"|")
+    return h.digest()
+
+
+HEAD_FITS = FitMemo(96)  # a Banking77 head is about 1 MB
+LEXICAL_FITS = FitMemo(48)  # a lexical expert holds its n-gram vocabulary's weights (about 10 MB)
 
 
 @dataclass(frozen=True)
@@ -81,13 +140,13 @@ def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
         return head
     texts = list(texts)
     k = L.shape[1]
-    lexical = fit_lexical(texts, y, k)
+    lexical = _fit_lexical(texts, y, k)
     head_oof = np.zeros_like(L, dtype=np.float64)
     lexical_oof = np.zeros_like(head_oof)
     for train, held in splitter(L, y, 3, seed):
         inner = _fit_logistic(L[train], hidden[train], y[train], C=C, features=features)
         head_oof[held] = np.log(np.clip(inner.apply(L[held], None, hidden[held]), 1e-300, None))
-        lexical_oof[held] = fit_lexical([texts[i] for i in train], y[train], k).log_probabilities([texts[i] for i in held])
+        lexical_oof[held] = _fit_lexical([texts[i] for i in train], y[train], k).log_probabilities([texts[i] for i in held])
     w = minimize(lambda w: _nll(w[0] * head_oof + w[1] * lexical_oof, y), np.array([0.5, 0.5]), method="L-BFGS-B",
                  bounds=[(0.0, 5.0)] * 2).x
     return HeadCalibrator(head.weights, head.intercept, C, lexical, (float(w[0]), float(w[1])), features)
@@ -95,10 +154,18 @@ def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
 
 def _fit_logistic(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
                   features: str = LOGLIK_HIDDEN) -> HeadCalibrator:
+    X = head_features(L, hidden, features)
+    return HEAD_FITS.get(digest(X, y, C, features, L.shape[1]),
+                         lambda: _fit_logistic_on(X, y, k=L.shape[1], C=C, features=features))
+
+
+def _fit_lexical(texts: list[str], y: np.ndarray, k: int) -> LexicalModel:
+    return LEXICAL_FITS.get(digest(texts, y, k), lambda: fit_lexical(texts, y, k))
+
+
+def _fit_logistic_on(X: np.ndarray, y: np.ndarray, *, k: int, C: float, features: str) -> HeadCalibrator:
     from sklearn.linear_model import LogisticRegression
 
-    k = L.shape[1]
-    X = head_features(L, hidden, features)
     classes = np.unique(y)
     if len(classes) == 1:  # e.g. an inner fold of a small sample: that option, always
         bias = np.full(k, -30.0)

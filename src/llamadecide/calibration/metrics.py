@@ -3,8 +3,9 @@ y (n gold indices). Confidence for ECE and reliability is the top probability.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
 from sklearn.metrics import accuracy_score, log_loss

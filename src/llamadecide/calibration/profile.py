@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
@@ -32,7 +33,7 @@ class LexicalParams(BaseModel):
     mix: tuple[float, float]
 
     @model_validator(mode="after")
-    def _sizes(self) -> "LexicalParams":
+    def _sizes(self) -> LexicalParams:
         if len(self.idf) != len(self.vocabulary) or any(len(row) != len(self.vocabulary) for row in self.weights):
             raise ValueError("the lexical expert's vocabulary, idf and weights disagree in size")
         if len(self.intercept) != len(self.weights):
@@ -54,7 +55,7 @@ class HeadParams(BaseModel):
     lexical: Optional[LexicalParams] = None
 
     @classmethod
-    def from_calibrator(cls, head) -> "HeadParams":
+    def from_calibrator(cls, head) -> HeadParams:
         k = head.weights.shape[0]
         expert = None
         if head.lexical is not None:
@@ -115,7 +116,7 @@ class CalibrationProfile(BaseModel):
     _scoring: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "CalibrationProfile":
+    def _consistent(self) -> CalibrationProfile:
         if (self.calibrator == "head") != (self.head is not None):
             raise ValueError("a profile has head parameters exactly when its calibrator is 'head'")
         if self.head is not None and len(self.head.weights) != len(self.task["options"]):
@@ -161,7 +162,7 @@ class CalibrationProfile(BaseModel):
         Path(path).write_text(self.model_dump_json(indent=2), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path) -> "CalibrationProfile":
+    def load(cls, path: Path) -> CalibrationProfile:
         return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
 
     def check_bound_to(self, model_sha256: str, prompt_formats: tuple[str, ...]) -> None:
@@ -210,7 +211,7 @@ class ProfileStore:
     any request naming it: one bad file never keeps the model from serving the others."""
 
     def __init__(self, directory: Path, model_sha256: str, prompt_formats: tuple[str, ...], *,
-                 check: Callable[["CalibrationProfile"], str | None] | None = None) -> None:
+                 check: Callable[[CalibrationProfile], str | None] | None = None) -> None:
         """`check` may refuse a profile the server cannot serve (it returns the reason)."""
         self.profiles: dict[str, CalibrationProfile] = {}
         self.refused: dict[str, str] = {}  # file -> why it is not served

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,55 +13,23 @@ import numpy as np
 from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import Backend
 from llamadecide.calibration.cache import ScoreCache
+from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrator, one_blas_thread
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, HeadParams
 from llamadecide.calibration.report import write_html
 from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, public, select, usable
-from llamadecide.calibration.thresholds import (conformal_quantile, conformal_report, evaluate_threshold, reachable,
-                                                select_threshold)
-from llamadecide.calibration.variants import (Variant, VariantScores, choose_demonstrations, demonstration_items,
-                                              score_variants, variants_for)
+from llamadecide.calibration.thresholds import (
+    conformal_quantile,
+    conformal_report,
+    evaluate_threshold,
+    reachable,
+    select_threshold,
+)
+from llamadecide.calibration.variants import demonstration_items, score_variants
 from llamadecide.decisions.maths import confidence
-from llamadecide.decisions.prompt import PROMPT_FORMATS
 from llamadecide.errors import InvalidRequestError
-
-__all__ = ["RunConfig", "Variant", "VariantScores", "calibrate", "choose", "choose_demonstrations", "demonstration_items",
-           "score_variants", "split", "variants_for"]
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    out_dir: Path
-    calibration_size: int | None = None
-    test_size: int | None = None
-    seed: int = 0
-    target_precision: float = 0.95
-    confidence_level: float = 0.95
-    conformal_alpha: float = 0.1
-    compare_modes: bool = False
-    rotations: int = 1  # also score with this many option-order rotations (chosen only if better)
-    prior_correction: bool = True  # also try content-free prior correction
-    head: bool = True  # also try a head on the hidden state (local backend)
-    lexical: bool = True  # also try each head fused with a lexical expert on the input text
-    only_mode: str | None = None  # score in this mode instead of the task's default
-    shots: int = 0  # also score with this many labelled demonstrations before each item (local backend)
-    # Prompt formats to measure (besides the state-first default, local backend only): each
-    # question-first one zero-shot, and with this many demonstrations per class for each number given
-    # (many-shot: they live in the shared prefix).
-    layouts: tuple[str, ...] = PROMPT_FORMATS
-    shots_per_class: tuple[int, ...] = (1,)
-    # Most evaluated rows (weighted by the pinned prefix they attend to) the scoring may cost, about
-    # ten minutes on 2 CPU cores with the default model; over it, the costliest variants are left out
-    # and many-option answers scored on a subsample (`variants.plan_scoring`). None: no limit.
-    row_budget: int | None = 120_000
-    min_answered: int = 100  # over the budget, answers are scored on a subsample of at least this many items
-    bins: int = 15
-    bootstrap_rounds: int = 200
-    profile_name: str | None = None
-    dataset_fingerprint: str = ""
-    show_progress: bool = True
 
 
 def split(n: int, calibration_size: int | None, test_size: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -165,7 +132,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
                        "scoring_s_per_item": scoring_s / max(len(used), 1), "total_s_per_item": total_s / max(len(used), 1)}
     profile = CalibrationProfile(
         name=config.profile_name or task.name,
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         model_sha256=identity, prompt_format=variant.layout,
         task=summary["task"], mode=variant.mode, calibrator=chosen.kind, length_normalize=chosen.length_normalize,
         temperature=getattr(chosen, "temperature", 1.0), bias=list(chosen.bias) if getattr(chosen, "bias", None) else None,

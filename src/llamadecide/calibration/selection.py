@@ -6,9 +6,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from llamadecide.calibration.fitting import (Calibrator, Candidate, HeadCalibrator, candidates, content_free_prior_for,
-                                             cross_validated, fit_candidate, held_out_figures, in_parallel, pooled,
-                                             splitter)
+from llamadecide.calibration.fitting import (
+    Calibrator,
+    Candidate,
+    HeadCalibrator,
+    candidates,
+    content_free_prior_for,
+    cross_validated,
+    fit_candidate,
+    held_out_figures,
+    in_parallel,
+    pooled,
+    splitter,
+)
 from llamadecide.calibration.variants import Variant, VariantScores
 from llamadecide.decisions.maths import HIDDEN_ONLY
 
@@ -32,13 +42,15 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
     y_of = {int(i): int(y) for i, y in zip(cal_idx, y_cal)}
     common = cal_idx
     for data in scored.values():
-        if data.answered is not None:
+        if data.answered is not None and not data.hidden_only:
             common = common[data.answered[common]]
     results: list[dict] = []
     fitted: dict[str, tuple[Variant, Candidate]] = {}
     for variant, data in scored.items():
         for candidate in candidates(data.lengths is not None, has_prior=data.content_free is not None,
                                     has_hidden=data.hidden is not None, has_texts=data.texts is not None):
+            if data.hidden_only and not (candidate.kind == "head" and candidate.features == HIDDEN_ONLY):
+                continue  # no answer was scored under this prompt format
             prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
             fit_on = usable(data, candidate, cal_idx)
             cv = _cross_validated(data, candidate, common, fit_on, y_of, prior, seed)
@@ -52,7 +64,9 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
                             "prior_correction": candidate.prior_correction, "label": label,
                             "cv_nll": cv["nll"], "cv_nll_se": cv["nll_se"], "cv_accuracy": cv["accuracy"],
                             "cv_items": cv["items"], "fit_items": int(len(fit_on)),
-                            "complexity": list(complexity(variant, candidate)), "cv_losses": cv["losses"]})
+                            "served_rows": served_rows(data, candidate),
+                            "complexity": list(complexity(variant, candidate, served_rows(data, candidate))),
+                            "cv_losses": cv["losses"]})
     return results, fitted
 
 
@@ -81,12 +95,24 @@ def _cross_validated(data: VariantScores, candidate: Candidate, held_out: np.nda
 KIND_RANK = {"none": 0, "temperature": 1, "temperature+bias": 2, "head": 3}
 
 
-def complexity(variant: Variant, candidate: Candidate) -> tuple:
-    """How much a candidate fits and shows, simplest first: fewer fitted parameters (no calibrator,
-    a temperature, a bias per option, a head; no lexical expert; a stronger penalty), fewer
-    demonstrations and rotations, no prior correction or length normalisation; among heads, the one
-    that reads the hidden state alone (it also scores no answer when served)."""
-    return (KIND_RANK[candidate.kind], int(candidate.lexical), variant.shots, variant.rotations,
+def served_rows(data: VariantScores, candidate: Candidate) -> float | None:
+    """What serving the candidate costs per decision, in weighted evaluated rows: its prompt alone for a
+    head on the hidden state alone, else the prompt and every answer. None when the backend cannot tell."""
+    if data.served_rows is None:
+        return None
+    answers, hidden = data.served_rows
+    return float(hidden if candidate.kind == "head" and candidate.features == HIDDEN_ONLY else answers)
+
+
+def complexity(variant: Variant, candidate: Candidate, cost: float | None = None) -> tuple:
+    """How much a candidate fits and costs, simplest first: fewer fitted parameters (no calibrator,
+    a temperature, a bias per option, a head; no lexical expert), then the cheaper to serve (weighted
+    rows per decision, in steps of a tenth: a cheaper head prompt is preferred when its NLL is within
+    one standard error), fewer demonstrations and rotations, no prior correction or length
+    normalisation; among heads, the one that reads the hidden state alone (it also scores no answer
+    when served); a stronger penalty."""
+    cost_step = 0 if not cost else round(float(np.log(cost) / np.log(1.1)))
+    return (KIND_RANK[candidate.kind], int(candidate.lexical), cost_step, variant.shots, variant.rotations,
             int(candidate.prior_correction), int(candidate.length_normalize),
             0 if candidate.features == HIDDEN_ONLY else 1, candidate.C)
 

@@ -6,19 +6,16 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from llamadecide.calibration.backends import Backend
 from llamadecide.calibration.cache import ScoreCache
+from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
+from llamadecide.decisions.prompt import HEAD_ONLY_FORMATS, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
 from llamadecide.decisions.rules import Demonstration
-
-if TYPE_CHECKING:
-    from llamadecide.calibration.run import RunConfig
 
 
 @dataclass(frozen=True)
@@ -29,6 +26,11 @@ class Variant:
     rotations: int = 1
     shots: int = 0  # demonstrations from the labelled part put before each item
     layout: str = PROMPT_FORMAT_VERSION
+
+    @property
+    def hidden_only(self) -> bool:
+        """A prompt format without the options: only a head on its hidden state reads it (no answer is scored)."""
+        return self.layout in HEAD_ONLY_FORMATS
 
     @property
     def label(self) -> str:
@@ -48,6 +50,10 @@ class VariantScores:
     shown: tuple[int, ...] = ()  # the items shown as demonstrations (question-first: never scored)
     answered: np.ndarray | None = None  # items whose answers were scored (None: every used item)
     has_hidden: np.ndarray | None = None  # items with a hidden state (None: the answered ones)
+    hidden_only: bool = False  # no answer scored at all (`Variant.hidden_only`): L holds zeros
+    # What serving costs per item, in weighted evaluated rows (`Backend.cost`): (answers, hidden state
+    # alone); None where the backend cannot tell (a remote one).
+    served_rows: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ def _cache_mode(variant: Variant, hidden: bool, demonstrations: tuple[Demonstrat
     return mode + ("|hidden" if hidden else "")
 
 
-def variants_for(task: Task, config: "RunConfig", *, demonstrations: bool = True) -> list[Variant]:
+def variants_for(task: Task, config: RunConfig, *, demonstrations: bool = True) -> list[Variant]:
     """The default mode first; the other mode with --compare-modes; labels mode with rotations;
     the default mode with demonstrations (k-shot) where the backend can show them."""
     default_mode = config.only_mode or task.question().mode
@@ -114,14 +120,17 @@ def variants_for(task: Task, config: "RunConfig", *, demonstrations: bool = True
     if config.shots > 0 and demonstrations:
         found.append(Variant(default_mode, shots=config.shots))
     for layout in (config.layouts if demonstrations else ()):
-        if layout in QUESTION_FIRST_FORMATS:
+        if layout in HEAD_ONLY_FORMATS:
+            if config.head:
+                found.append(Variant(default_mode, layout=layout))
+        elif layout in QUESTION_FIRST_FORMATS:
             found.append(Variant(default_mode, layout=layout))
             found.extend(Variant(default_mode, shots=n * len(task.options), layout=layout)
                          for n in sorted(set(config.shots_per_class)) if n > 0)
     return found
 
 
-def demonstration_items(scored: dict[Variant, "VariantScores"]) -> np.ndarray:
+def demonstration_items(scored: dict[Variant, VariantScores]) -> np.ndarray:
     """Items shown as demonstrations in a question-first variant's shared prefix: no variant is
     fitted or measured on them (that variant could not be: they are part of its prompt)."""
     return np.array(sorted({i for variant, data in scored.items() if variant.layout in QUESTION_FIRST_FORMATS
@@ -153,7 +162,7 @@ def choose_demonstrations(items: list[LabelledItem], y: np.ndarray, pool: np.nda
 BATCH_ITEMS = 16  # items handed to the backend at once (the local engine shares its calls among them)
 
 
-def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, config: "RunConfig",
+def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, config: RunConfig,
                    cache: ScoreCache, *, pool: np.ndarray | None = None,
                    split_parts: tuple[np.ndarray, ...] | None = None, report: dict | None = None
                    ) -> dict[Variant, VariantScores]:
@@ -164,8 +173,10 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
     demonstration is scored with the others only. Resumable: every item's scores are cached. Within
     `config.row_budget` (`plan_scoring`): variants it cannot afford are left out, answers may be scored
     on a subsample (`VariantScores.answered`) and hidden states alone on every item."""
-    variants = variants_for(task, config, demonstrations=backend.supports_demonstrations and pool is not None)
     want_hidden = config.head and backend.supports_hidden
+    variants = [v for v in variants_for(task, config, demonstrations=backend.supports_demonstrations and pool is not None)
+                if want_hidden or not v.hidden_only]
+    head_only = [v for v in variants if v.hidden_only]  # hidden states on every item, never answers
     hidden_variant: dict[Variant, bool] = {}
     prompts_with_hidden: set[tuple[str, int, str]] = set()
     for variant in variants:
@@ -181,18 +192,25 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
             shown[variant] = choose_demonstrations(items, y, pool, variant.shots, config.seed)
             demonstrations[variant] = tuple(Demonstration(items[i].text, int(y[i])) for i in shown[variant])
     questions = {v: task.question(v.mode) for v in variants}
-    if config.row_budget and backend.supports_hidden:  # the local engine: its work can be estimated
-        sample = items[int(used[0])].text
-        costs = {v: backend.cost(sample, questions[v], rotations=v.rotations, demonstrations=demonstrations[v],
-                                 layout=v.layout) for v in variants}
-        plan = plan_scoring(variants, costs, used, split_parts or (used,), config.row_budget,
-                            {v for v in variants if hidden_variant[v]}, config.seed, min_answered=config.min_answered)
+    answered_variants = [v for v in variants if not v.hidden_only]
+    head_only_rows = 0
+    costs: dict[Variant, tuple[float, float]] = {}
+    if backend.supports_hidden:  # the local engine: its work can be estimated (a few items' mean)
+        sample = [items[int(i)].text for i in used[:: max(1, len(used) // 8)][:8]]
+        costs = {v: tuple(np.mean([backend.cost(text, questions[v], rotations=v.rotations,
+                                                demonstrations=demonstrations[v], layout=v.layout)
+                                   for text in sample], axis=0)) for v in variants}
+    if config.row_budget and costs:
+        plan = plan_scoring(answered_variants, costs, used, split_parts or (used,), config.row_budget,
+                            {v for v in answered_variants if hidden_variant[v]}, config.seed,
+                            min_answered=config.min_answered)
+        head_only_rows = int(sum(costs[v][1] for v in head_only) * len(used))
     else:
-        plan = Plan({v: used for v in variants}, (), 0)
+        plan = Plan({v: used for v in answered_variants}, (), 0)
     if report is not None:
-        report.update({"row_budget": config.row_budget, "estimated_rows": plan.rows,
+        report.update({"row_budget": config.row_budget, "estimated_rows": plan.rows + head_only_rows,
                        "answers_scored": {v.label: int(len(idx)) for v, idx in plan.answered.items()},
-                       "hidden_state_on_every_item": [v.label for v in plan.hidden_variants],
+                       "hidden_state_on_every_item": [v.label for v in (*plan.hidden_variants, *head_only)],
                        "left_out": [v.label for v in plan.left_out]})
     identity = backend.identity()
     k = len(task.options)
@@ -252,6 +270,8 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
         for variant in plan.hidden_variants:
             run(variant, np.setdiff1d(used, plan.answered[variant]), answers=False, progress=progress,
                 label="hidden states")
+        for variant in head_only:
+            run(variant, used, answers=False, progress=progress, label="hidden states")
     cache.commit()
     scored: dict[Variant, VariantScores] = {}
     texts = [item.text for item in items]  # strings: the model sees them verbatim (prompt.render_state)
@@ -267,5 +287,9 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
         scored[variant] = VariantScores(L[variant], lengths[variant], variant_hidden, content_free, demonstrations[variant],
                                         texts if variant_hidden is not None and config.lexical else None,
                                         tuple(shown[variant]), None if complete else answered,
-                                        None if complete else hidden_mask.get(key))
+                                        None if complete else hidden_mask.get(key), served_rows=costs.get(variant))
+    for variant in head_only:
+        key = (variant.mode, variant.shots, variant.layout)
+        scored[variant] = VariantScores(L[variant], None, hidden.get(key), None, (), texts if config.lexical else None,
+                                        hidden_only=True, served_rows=costs.get(variant))
     return scored

@@ -39,10 +39,17 @@ def bench_command(
     out: Annotated[Path, typer.Option("--out", help="Directory for results.json, results.md, latency_throughput.png, records.jsonl")] = Path("bench-out"),
 ) -> None:
     """Latency and throughput by concurrency; decisions vs generate-and-parse; CPU vs GPU; cost per 1,000 requests."""
-    from llamadecide.bench.load import asdict_records, cost_table, load_prices, run_level, summarise
+    from llamadecide.bench.load import (
+        asdict_records,
+        cost_table,
+        floor_figures,
+        load_prices,
+        row_seconds,
+        run_level,
+        summarise,
+    )
     from llamadecide.bench.server_process import ServerProcess
     from llamadecide.calibration.data import load_task, read_labelled
-
     from llamadecide.cli.common import fail, wide_console
     from llamadecide.errors import LlamaDecideError
 
@@ -75,17 +82,36 @@ def bench_command(
     if predicate:
         results["predicate"] = predicate
 
+    # The compute floor: what the engine takes per row in a large call, measured here before any server
+    # starts (same machine, same run), per device.
+    seconds_per_row: dict[str, float] = {}
+
+    def floor_for(device: str, layers: int) -> None:
+        if url is not None and model is None:
+            return  # the server's model is not known here
+        from llamadecide.engine import resolve_model_path
+
+        seconds_per_row[device] = row_seconds(resolve_model_path(model), [i.text for i in sample], n_gpu_layers=layers)
+        results.setdefault("seconds_per_row", {})[device] = seconds_per_row[device]
+        console.print(f"{device}: {seconds_per_row[device] * 1000:.2f} ms a row in a 512-row call (the floor's unit)")
+
     def measure(base_url: str, device: str, kinds: tuple[str, ...], levels: list[int]) -> None:
         for kind in kinds:
             for c in levels:
-                recs, wall = asyncio.run(run_level(base_url, api_key, kind, the_task, sample, golds, c, requests, warmup,
-                                                   profile=profile_name, predicate=predicate))
+                recs, wall, work = asyncio.run(run_level(base_url, api_key, kind, the_task, sample, golds, c, requests,
+                                                         warmup, profile=profile_name, predicate=predicate))
                 summary = {"device": device, "kind": kind, "concurrency": c, **summarise(recs, wall)}
+                if kind == "decision":
+                    summary.update(floor_figures(summary, work, seconds_per_row.get(device.split(",")[0])))
                 results["levels"].append(summary)
                 for r in asdict_records(recs):
                     records_file.write(json.dumps({"device": device, "concurrency": c, **r}) + "\n")
+                floor = (f"  {summary['rows_per_request']:.0f} rows/req, {summary['decisions_per_engine_run'] or 0:.1f} "
+                         f"per engine run" if "rows_per_request" in summary else "")
+                if "floor_efficiency" in summary:
+                    floor += f", floor efficiency {summary['floor_efficiency']:.2f}"
                 console.print(f"{device} {kind:8s} c={c:<3d} p50 {summary['p50_s'] or 0:.3f}s  p95 {summary['p95_s'] or 0:.3f}s  "
-                              f"{summary['throughput_rps']:.2f} req/s  errors {summary['error_rate']:.1%}")
+                              f"{summary['throughput_rps']:.2f} req/s  errors {summary['error_rate']:.1%}{floor}")
 
     def with_server(args: list[str], device: str, kinds, levels, env: dict | None = None) -> None:
         if url:
@@ -98,12 +124,14 @@ def bench_command(
             measure(server.url, device, kinds, levels)
 
     kinds = ("decision", "chat") if chat else ("decision",)
+    floor_for("cpu", 0)
     for batch in decision_batch or [None]:
         label = "cpu" if batch is None else f"cpu, batch {batch}"
         with_server(["--n-gpu-layers", "0"], label, kinds if batch is None or batch == decision_batch[0] else ("decision",),
                     concurrency, env={"LLAMADECIDE_DECISION_BATCH": str(batch)} if batch is not None else None)
     gpu_present = shutil.which("nvidia-smi") is not None and _gpu_build()
     if gpu == "on" or (gpu == "auto" and gpu_present):
+        floor_for("gpu", -1)
         for batch in decision_batch or [None]:
             label = "gpu" if batch is None else f"gpu, batch {batch}"
             with_server(["--n-gpu-layers", "-1"], label, kinds if batch is None or batch == decision_batch[0] else ("decision",),
@@ -118,7 +146,8 @@ def bench_command(
         recs, wall = (None, None)
         model_args = ["--model", model] if model else []
         with ServerProcess(*model_args, "--threads", str(t), "--n-gpu-layers", "0") as server:
-            recs, wall = asyncio.run(run_level(server.url, api_key, "decision", the_task, sample, golds, 1, max(8, requests // 4), warmup))
+            recs, wall, _ = asyncio.run(run_level(server.url, api_key, "decision", the_task, sample, golds, 1,
+                                                  max(8, requests // 4), warmup))
         results["threads"].append({"threads": t, **summarise(recs, wall)})
     records_file.close()
 
@@ -152,11 +181,19 @@ def _fmt(v, spec=".3f") -> str:
 
 
 def markdown(results: dict) -> str:
-    lines = ["| device | workload | concurrency | p50 s | p95 s | p99 s | req/s | vs lowest concurrency | errors | accuracy | invalid answers |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| device | workload | concurrency | p50 s | p95 s | p99 s | req/s | vs lowest concurrency | errors | accuracy | "
+             "invalid answers | rows/request | decisions/engine run | floor s/request | floor efficiency |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results["levels"]:
         lines.append(f"| {r['device']} | {r['kind']} | {r['concurrency']} | {_fmt(r['p50_s'])} | {_fmt(r['p95_s'])} | {_fmt(r['p99_s'])} | "
-                     f"{r['throughput_rps']:.2f} | {_fmt(r.get('throughput_ratio'), '.2f')}x | {r['error_rate']:.1%} | {_fmt(r.get('accuracy'))} | {_fmt(r.get('invalid_answer_rate'), '.1%')} |")
+                     f"{r['throughput_rps']:.2f} | {_fmt(r.get('throughput_ratio'), '.2f')}x | {r['error_rate']:.1%} | {_fmt(r.get('accuracy'))} | "
+                     f"{_fmt(r.get('invalid_answer_rate'), '.1%')} | {_fmt(r.get('rows_per_request'), '.1f')} | "
+                     f"{_fmt(r.get('decisions_per_engine_run'), '.2f')} | {_fmt(r.get('floor_s_per_request'))} | "
+                     f"{_fmt(r.get('floor_efficiency'), '.2f')} |")
+    if results.get("seconds_per_row"):
+        lines += ["", "Floor: rows per request x " + ", ".join(f"{s * 1000:.2f} ms a row on {d}" for d, s in
+                                                               results["seconds_per_row"].items())
+                  + " (a 512-row call, measured in this run); floor efficiency = floor / (1 / throughput)."]
     if results["threads"]:
         lines += ["", "| threads | p50 s | req/s |", "| --- | --- | --- |"]
         lines += [f"| {t['threads']} | {_fmt(t['p50_s'])} | {t['throughput_rps']:.2f} |" for t in results["threads"]]
@@ -171,11 +208,14 @@ def markdown(results: dict) -> str:
 
 def print_tables(results: dict, console: Console) -> None:
     table = Table(title=f"load: {results['task']}, {results['requests_per_level']} requests per level")
-    for col in ("device", "workload", "conc.", "p50 s", "p95 s", "p99 s", "req/s", "vs lowest", "errors", "accuracy", "invalid"):
+    for col in ("device", "workload", "conc.", "p50 s", "p95 s", "p99 s", "req/s", "vs lowest", "errors", "accuracy", "invalid",
+                "rows/req", "per run", "floor eff."):
         table.add_column(col, justify="right")
     for r in results["levels"]:
         table.add_row(r["device"], r["kind"], str(r["concurrency"]), _fmt(r["p50_s"]), _fmt(r["p95_s"]), _fmt(r["p99_s"]),
-                      f"{r['throughput_rps']:.2f}", _fmt(r.get("throughput_ratio"), ".2f") + "x", f"{r['error_rate']:.1%}", _fmt(r.get("accuracy")), _fmt(r.get("invalid_answer_rate"), ".1%"))
+                      f"{r['throughput_rps']:.2f}", _fmt(r.get("throughput_ratio"), ".2f") + "x", f"{r['error_rate']:.1%}",
+                      _fmt(r.get("accuracy")), _fmt(r.get("invalid_answer_rate"), ".1%"), _fmt(r.get("rows_per_request"), ".0f"),
+                      _fmt(r.get("decisions_per_engine_run"), ".1f"), _fmt(r.get("floor_efficiency"), ".2f"))
     console.print(table)
     cost = Table(title="cost per 1,000 decisions")
     for col in ("instance", "USD/h", "req/s", "USD / 1,000", "basis"):
@@ -199,7 +239,8 @@ def plot(results: dict, path: Path) -> None:
         rows.sort(key=lambda r: r["concurrency"])
         ax.plot([r["throughput_rps"] for r in rows], [r["p50_s"] or 0 for r in rows], marker="o", label=f"{device} {kind}")
         for r in rows:
-            ax.annotate(f"c={r['concurrency']}", (r["throughput_rps"], r["p50_s"] or 0), fontsize=7)
+            efficiency = f", floor {r['floor_efficiency']:.2f}" if r.get("floor_efficiency") is not None else ""
+            ax.annotate(f"c={r['concurrency']}{efficiency}", (r["throughput_rps"], r["p50_s"] or 0), fontsize=7)
     ax.set_xlabel("throughput (requests/s)")
     ax.set_ylabel("median latency (s)")
     ax.set_title("Latency against throughput")

@@ -10,7 +10,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, fail, settings_from, wide_console
+from llamadecide.cli.common import (
+    CtxOption,
+    GpuLayersOption,
+    ModelOption,
+    ThreadsOption,
+    fail,
+    settings_from,
+    wide_console,
+)
 from llamadecide.decisions import Answer, Decider, Question, Scoring, choice, predicate, score
 from llamadecide.engine import Engine
 from llamadecide.errors import LlamaDecideError

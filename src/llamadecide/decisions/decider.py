@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -17,8 +18,14 @@ from llamadecide.decisions.protocol import ScoringEngine
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rotations import shown
 from llamadecide.decisions.rules import Demonstration, Evaluation, Scoring, evaluation, per_question
-from llamadecide.decisions.tokenized import (QuestionTokenizer, TokenizedQuestion, canonical_key, common_prefix,
-                                             describe, split_point)
+from llamadecide.decisions.tokenized import (
+    QuestionTokenizer,
+    TokenizedQuestion,
+    canonical_key,
+    common_prefix,
+    describe,
+    split_point,
+)
 from llamadecide.decisions.work import Limits, Work, prompt_work, trie_work
 from llamadecide.engine.config import Job
 from llamadecide.errors import ContextOverflowError, InvalidRequestError, LlamaDecideError
@@ -119,15 +126,20 @@ class Decider:
             limits.check_work(sum((plan.work for plan in plans), Work()))
         totals: list[OptionTotals] = []
         cached, previous = 0, []
+        states: dict[tuple[int, ...], np.ndarray] = {}  # heads whose prompts are the same read one hidden state
         for plan in plans:
             if limits is not None:
                 limits.check_time()
             fresh = self._pin([plan])
             first = plan.variants[0][1]
             if plan.how is Evaluation.HIDDEN_ONLY:
-                state = self.engine.hidden_state(plan.prefix)
-                reused = self.engine.last_reused_tokens
-                totals.append(OptionTotals(None, first.answer_lengths, state))
+                key = tuple(plan.prefix)
+                if key in states:
+                    reused = len(plan.prefix)
+                else:
+                    states[key] = self.engine.hidden_state(plan.prefix)
+                    reused = self.engine.last_reused_tokens
+                totals.append(OptionTotals(None, first.answer_lengths, states[key]))
             else:
                 trie = self.engine.score_trie(plan.prefix, plan.continuations, hidden=hidden or plan.rule.head is not None,
                                               epsilon=self.epsilon if plan.how is Evaluation.BOUNDED else 0.0)
@@ -202,7 +214,7 @@ class Decider:
         return [result for result in out if result is not None]
 
     def _request(self, state: Any, questions: Sequence[Question],
-                 scoring: Sequence[Scoring | None] | Scoring | None) -> "_Request":
+                 scoring: Sequence[Scoring | None] | Scoring | None) -> _Request:
         if not questions:
             raise InvalidRequestError("at least one question is required", param="questions")
         rules = per_question(scoring, len(questions))
@@ -211,7 +223,7 @@ class Decider:
         order = sorted(range(len(questions)), key=lambda i: canonical_key(questions[i], rules[i]))
         return _Request(render_state(state), list(questions), rules, order)
 
-    def _finish(self, request: "_Request", scored: list[OptionTotals], plans: list[_Plan], cached: int,
+    def _finish(self, request: _Request, scored: list[OptionTotals], plans: list[_Plan], cached: int,
                 seconds: float) -> Decision:
         totals: list[OptionTotals] = [scored[0]] * len(request.questions)
         for position, i in enumerate(request.order):

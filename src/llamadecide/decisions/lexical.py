@@ -8,8 +8,8 @@ head that multiplies their probabilities (weights fitted by cross-validation) be
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

@@ -6,7 +6,7 @@ all K options are equally likely: confidence = (p_max - 1/K) / (1 - 1/K).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

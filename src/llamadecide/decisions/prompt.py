@@ -18,26 +18,38 @@ input and the question's instructions only, the cheapest turn for questions with
 accuracy comes from demonstrations in the prefix. Demonstrations take that short turn in both
 formats (with the names recapped in each, a many-shot prefix would grow with options x
 demonstrations), so both share one pinned prefix.
+
+`llamadecide-4` and `llamadecide-5` are for a head on the hidden state alone, which learns the
+options from labels and reads no answer, so its prompt need not list them. `llamadecide-4` is
+`llamadecide-3` without the allowed answers (the question's instructions only, a pinned prefix of a
+few dozen tokens instead of one that grows with the options); `llamadecide-5` is the input alone
+after a fixed system text, the same prompt for every question on the model, so several such heads
+about one input read one hidden state. Their answers are never scored (`HEAD_ONLY_FORMATS`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from llamadecide.decisions.questions import Question
 from llamadecide.errors import InvalidRequestError
 
-PROMPT_FORMAT_VERSION = "llamadecide-1"  # the default layout
+PROMPT_FORMAT_VERSION = "llamadecide-1"  # the default prompt format
 QUESTION_FIRST = "llamadecide-2"  # question first, the answers' names after the input
 INPUT_LAST = "llamadecide-3"  # question first, the input and the instructions only after it
-QUESTION_FIRST_FORMATS = (QUESTION_FIRST, INPUT_LAST)
-PROMPT_FORMATS = (PROMPT_FORMAT_VERSION, *QUESTION_FIRST_FORMATS)
+INSTRUCTIONS_ONLY = "llamadecide-4"  # llamadecide-3 without the allowed answers (a head's prompt)
+INPUT_ONLY = "llamadecide-5"  # the input alone, the same prompt for every question (a head's prompt)
+QUESTION_FIRST_FORMATS = (QUESTION_FIRST, INPUT_LAST, INSTRUCTIONS_ONLY)
+HEAD_ONLY_FORMATS = (INSTRUCTIONS_ONLY, INPUT_ONLY)  # prompts without the options: a head on the hidden state alone
+PROMPT_FORMATS = (PROMPT_FORMAT_VERSION, QUESTION_FIRST, INPUT_LAST, INSTRUCTIONS_ONLY, INPUT_ONLY)
 
 SYSTEM_PROMPT = (
     "You are a careful classifier. Read the input, then answer the question about it with "
     "exactly one of the allowed answers, written exactly as listed, and nothing else."
 )
+INPUT_ONLY_SYSTEM_PROMPT = "You are a careful classifier. Read the input; questions about it follow."
 
 
 def render_state(state: Any) -> str:
@@ -60,13 +72,15 @@ def check_layout(layout: str) -> str:
     return layout
 
 
-def question_block(question: Question, *, closing: bool = True) -> str:
+def question_block(question: Question, *, closing: bool = True, options: bool = True) -> str:
     answers = question.answer_texts()
     lines = [f"Question: {question.instructions.strip()}"]
     if question.type == "predicate":
         lines.append("Answer yes if the statement or question holds for the input, no otherwise.")
     elif question.type == "score":
         lines.append("The levels are ordered from lowest to highest.")
+    if not options:
+        return "\n".join(lines + ([answer_prompt(question)] if closing else []))
     lines.append("Allowed answers:")
     for option, answer in zip(question.options, answers):
         described = option.description.strip() if option.description else ""
@@ -91,8 +105,14 @@ def build_messages(state_text: str, question: Question, demonstrations: Sequence
                    layout: str = PROMPT_FORMAT_VERSION) -> list[dict[str, str]]:
     """The chat for one question about one state; `demonstrations` are (input text, answer text)
     exchanges shown before it. Every message but the last is the same for every state."""
-    if check_layout(layout) in QUESTION_FIRST_FORMATS:
-        return _question_first(state_text, question, demonstrations, recap_answers=layout == QUESTION_FIRST)
+    if check_layout(layout) == INPUT_ONLY:
+        if demonstrations:
+            raise InvalidRequestError(f"{INPUT_ONLY!r} shows the input alone: it takes no demonstrations",
+                                      param="prompt_format")
+        return [{"role": "system", "content": INPUT_ONLY_SYSTEM_PROMPT}, {"role": "user", "content": f"Input:\n{state_text}"}]
+    if layout in QUESTION_FIRST_FORMATS:
+        return _question_first(state_text, question, demonstrations, recap_answers=layout == QUESTION_FIRST,
+                               options=layout != INSTRUCTIONS_ONLY)
     block = question_block(question)
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     for text, answer in demonstrations:
@@ -103,9 +123,10 @@ def build_messages(state_text: str, question: Question, demonstrations: Sequence
 
 
 def _question_first(state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]], *,
-                    recap_answers: bool) -> list[dict[str, str]]:
+                    recap_answers: bool, options: bool = True) -> list[dict[str, str]]:
     messages = [{"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": question_block(question, closing=False) + "\n\n" + SESSION_OPENING},
+                {"role": "user", "content": question_block(question, closing=False, options=options) + "\n\n"
+                 + SESSION_OPENING},
                 {"role": "assistant", "content": SESSION_ACKNOWLEDGEMENT}]
     # Demonstrations take the short turn in both formats: recapping every answer's name in each of
     # them would make a many-shot prefix grow with options x demonstrations (77 x 77 names is over

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence, Union
+from typing import Literal, Union
 
 from llamadecide.errors import InvalidRequestError
 

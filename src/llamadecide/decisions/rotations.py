@@ -3,8 +3,8 @@ shifted, and demonstrations answered in each rotation's own labels."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rules import Demonstration

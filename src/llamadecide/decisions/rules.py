@@ -4,15 +4,15 @@ hidden state alone."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Sequence
 
 import numpy as np
 
 from llamadecide.decisions import maths
 from llamadecide.decisions.lexical import LexicalModel
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS, check_layout
+from llamadecide.decisions.prompt import INPUT_ONLY, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS, check_layout
 from llamadecide.errors import InvalidRequestError
 
 
@@ -86,14 +86,15 @@ class Scoring:
     @property
     def pins_prefix(self) -> bool:
         """Whether every prompt of this rule starts with a part that is the same for every state (the
-        question block of a question-first layout, demonstrations), which the engine keeps evaluated."""
-        return bool(self.demonstrations) or self.layout in QUESTION_FIRST_FORMATS
+        question block of a question-first prompt format, demonstrations, the input-only format's
+        system text), which the engine keeps evaluated."""
+        return bool(self.demonstrations) or self.layout in (*QUESTION_FIRST_FORMATS, INPUT_ONLY)
 
     def check(self) -> None:
-        if check_layout(self.layout) in QUESTION_FIRST_FORMATS and self.rotations > 1:
+        if check_layout(self.layout) != PROMPT_FORMAT_VERSION and self.rotations > 1:
             raise InvalidRequestError(f"rotations need the state-first prompt format {PROMPT_FORMAT_VERSION!r}: "
-                                      f"in {self.layout!r} each rotation would be a question prefix of its own",
-                                      param="rotations")
+                                      f"in {self.layout!r} the options are shown once in a shared prefix, or not at "
+                                      "all", param="rotations")
 
 
 class Evaluation(Enum):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, build_messages
 from llamadecide.decisions.questions import Question

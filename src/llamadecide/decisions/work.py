@@ -4,11 +4,11 @@ decision's time limit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
-from llamadecide.engine.trie import trie_rows
 from llamadecide.decisions.tokenized import common_prefix
+from llamadecide.engine.trie import trie_rows
 from llamadecide.errors import InvalidRequestError, RequestTimeoutError
 
 
@@ -21,7 +21,7 @@ class Work:
     rows: int = 0
     tokens: int = 0
 
-    def __add__(self, other: "Work") -> "Work":
+    def __add__(self, other: Work) -> Work:
         return Work(self.rows + other.rows, self.tokens + other.tokens)
 
 

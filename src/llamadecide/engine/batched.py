@@ -5,8 +5,8 @@ own, so each input's scores equal those it gets alone (`Scorer.score_trie`, `Sco
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from llamadecide.engine.batches import MIN_CALL_ROWS, Rows
 from llamadecide.engine.config import Job, TrieScores

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Sequence
 
 import llama_cpp
 import numpy as np
@@ -37,7 +37,7 @@ FA_ROW_KERNEL = "GGML_CPU_FA_ROW_KERNEL"  # ggml's row kernel at every size (as 
 ATTENTION_SWITCHES = (FA_INVARIANT, FA_ROW_KERNEL)
 
 
-@lru_cache(maxsize=None)
+@cache
 def library_has_switch(name: str) -> bool:
     """Whether the loaded llama.cpp was built with a switch of scripts/patch_llama_cpp.py."""
     directory = Path(llama_cpp.__file__).parent / "lib"

@@ -4,8 +4,9 @@ token stream into text with stop strings (no partial UTF-8 characters, no stop s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from llama_cpp import _internals as internals

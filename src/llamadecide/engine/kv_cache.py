@@ -20,8 +20,8 @@ sequence 0's cells a prompt does not reuse, then least-recently-used pins.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 import llama_cpp
 import numpy as np

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import llama_cpp
 import numpy as np

@@ -11,7 +11,7 @@ once). Logits are read at every inner node; a continuation's token j is scored f
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -4,7 +4,7 @@ and the end-of-answer marker every scored answer ends with."""
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import llama_cpp
 from llama_cpp import _internals as internals

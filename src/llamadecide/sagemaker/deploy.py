@@ -8,9 +8,10 @@ import json
 import logging
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from llamadecide.aws import AWSError, import_boto3
 

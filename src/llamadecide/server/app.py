@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Callable
 
 from fastapi import Depends, FastAPI
 

@@ -8,8 +8,9 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from llamadecide.engine import Engine, GenerationResult, SamplingParams, TokenEvent, json_grammar
 from llamadecide.errors import InvalidRequestError, UnsupportedError

@@ -5,11 +5,22 @@ Both wire formats share this class and so the engine path."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from llamadecide.decisions import (PROMPT_FORMAT_VERSION, Answer, Decider, Decision, DecisionInput, Question, Scoring,
-                                   choice, predicate, score)
+from llamadecide.decisions import (
+    PROMPT_FORMAT_VERSION,
+    Answer,
+    Decider,
+    Decision,
+    DecisionInput,
+    Question,
+    Scoring,
+    choice,
+    predicate,
+    score,
+)
 from llamadecide.decisions.work import Limits
 from llamadecide.errors import InvalidRequestError, UnsupportedError
 from llamadecide.server.protocol import decisions as oa
@@ -84,9 +95,10 @@ def render_openai_input(value: str | list) -> str:
     return "\n\n".join(blocks)
 
 
-def _named(build: Callable[[], Question], where: str) -> Question:
+def _named(where: str, build: Callable[..., Question], *args: Any, **kwargs: Any) -> Question:
+    """`build(*args, **kwargs)`, its refusal naming the request's question `where`."""
     try:
-        return build()
+        return build(*args, **kwargs)
     except InvalidRequestError as exc:
         raise InvalidRequestError(exc.message, param=where) from exc
 
@@ -171,13 +183,13 @@ class DecisionServing:
             where = f"questions[{i}]"
             text = _content(q.instructions, f"{where}.instructions")
             if isinstance(q, oa.PredicateQuestion):
-                questions.append(_named(lambda: predicate(text, name=q.name, mode=mode or "text"), where))
+                questions.append(_named(where, predicate, text, name=q.name, mode=mode or "text"))
             elif isinstance(q, oa.ChoiceQuestion):
                 items = [(c.value, c.description) for c in q.choices]
-                questions.append(_named(lambda: choice(text, items, name=q.name, mode=mode or "text"), where))
+                questions.append(_named(where, choice, text, items, name=q.name, mode=mode or "text"))
             else:
                 levels = [(lv.label, lv.description) for lv in q.levels]
-                questions.append(_named(lambda: score(text, levels, name=q.name, mode=mode or "labels"), where))
+                questions.append(_named(where, score, text, levels, name=q.name, mode=mode or "labels"))
         return Prepared(state, questions, [q.name for q in request.questions], self._scoring(ext, profile, questions), ext, profile)
 
     def prepare_systemone(self, request: so.SystemOneRequest) -> tuple[Prepared, list[str], dict[str, list]]:
@@ -202,15 +214,17 @@ class DecisionServing:
                     raise InvalidRequestError("a noul question needs instructions or a described outcome", param=where)
                 true_d = content_text(criteria.true) if criteria.true is not None else None
                 false_d = content_text(criteria.false) if criteria.false is not None else None
-                questions.append(_named(lambda: predicate(text or DEFAULT_INSTRUCTIONS["noul"], name=qid, true_description=true_d,
-                                                          false_description=false_d, mode=mode or "text"), where))
+                questions.append(_named(where, predicate, text or DEFAULT_INSTRUCTIONS["noul"], name=qid,
+                                        true_description=true_d, false_description=false_d, mode=mode or "text"))
             elif isinstance(q, so.ChoiceQuestion):
                 items = [(key, content_text(d) if d is not None else None) for key, d in q.criteria.items()]
-                questions.append(_named(lambda: choice(text or DEFAULT_INSTRUCTIONS["choice"], items, name=qid, mode=mode or "text"), where))
+                questions.append(_named(where, choice, text or DEFAULT_INSTRUCTIONS["choice"], items, name=qid,
+                                        mode=mode or "text"))
             else:
                 legends[qid] = list(q.criteria)
                 levels = [(content_text(c), None) for c in q.criteria]
-                questions.append(_named(lambda: score(text or DEFAULT_INSTRUCTIONS["score"], levels, name=qid, mode=mode or "labels"), where))
+                questions.append(_named(where, score, text or DEFAULT_INSTRUCTIONS["score"], levels, name=qid,
+                                        mode=mode or "labels"))
         ignored = tuple(sorted(request.model_extra or {}))
         return (Prepared(request.state, questions, ids, self._scoring(ext, profile, questions), ext, profile, ignored),
                 ids, legends)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily

@@ -136,7 +136,7 @@ def _clean_request_id(given: str | None) -> str | None:
 def unusable_json(body: bytes) -> tuple[str, str | None] | None:
     """(message, field) when a JSON body nests deeper than MAX_JSON_DEPTH or holds a lone surrogate
     in a key or string; None when it is fine or not JSON at all (the route says what is wrong then)."""
-    if not body.lstrip()[:1] in (b"{", b"["):
+    if body.lstrip()[:1] not in (b"{", b"["):
         return None
     try:
         document = json.loads(body)

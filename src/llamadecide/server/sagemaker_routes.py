@@ -10,7 +10,8 @@ in order; a line that cannot be decided is an error line of its own and never fa
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,8 +19,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from llamadecide.errors import InvalidRequestError
-from llamadecide.server.errors import error_record
 from llamadecide.server import routes
+from llamadecide.server.errors import error_record
 from llamadecide.server.protocol.chat import ChatCompletionRequest, CompletionRequest
 from llamadecide.server.protocol.decisions import DecisionRequest
 from llamadecide.server.protocol.systemone import SystemOneRequest

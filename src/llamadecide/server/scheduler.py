@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Hashable, TypeVar
+from typing import Any, TypeVar
 
 from llamadecide.errors import RequestTimeoutError
 from llamadecide.server.errors import APIError
@@ -56,9 +57,9 @@ class _Shared:
     """Work waiting to share the engine's calls with other work of the same key."""
 
     key: Hashable
-    fn: Callable[[list[Any], list["Job"]], list[Any]]
+    fn: Callable[[list[Any], list[Job]], list[Any]]
     item: Any
-    job: "Job"
+    job: Job
     future: Future = field(default_factory=Future)
 
 
@@ -213,7 +214,7 @@ class EngineScheduler:
         for entry, result in zip(taken, results):
             entry.future.set_result(result)
 
-    def submit_stream(self, fn: Callable[[], None], job: Job) -> "asyncio.Future[None]":
+    def submit_stream(self, fn: Callable[[], None], job: Job) -> asyncio.Future[None]:
         """Admit a streaming job now (a full queue is a 503 before any response starts): `fn` runs on
         the engine thread and pushes its own events; setting `job.cancelled` stops it."""
         self._admit(job.cancelled)

@@ -1,0 +1,44 @@
+"""What one calibration run does (`calibration.run.calibrate`), declared once: the CLI's flags take
+their defaults from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from llamadecide.decisions.prompt import INPUT_LAST, PROMPT_FORMAT_VERSION, QUESTION_FIRST
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    out_dir: Path
+    calibration_size: int | None = None
+    test_size: int | None = None
+    seed: int = 0
+    target_precision: float = 0.95
+    confidence_level: float = 0.95
+    conformal_alpha: float = 0.1
+    compare_modes: bool = False
+    rotations: int = 1  # also score with this many option-order rotations (chosen only if better)
+    prior_correction: bool = True  # also try content-free prior correction
+    head: bool = True  # also try a head on the hidden state (local backend)
+    lexical: bool = True  # also try each head fused with a lexical expert on the input text
+    only_mode: str | None = None  # score in this mode instead of the task's default
+    shots: int = 0  # also score with this many labelled demonstrations before each item (local backend)
+    # Prompt formats to measure (besides the state-first default, local backend only): each
+    # question-first one zero-shot, and with this many demonstrations per class for each number given
+    # (many-shot: they live in the shared prefix).
+    # The head formats (`llamadecide-4`, `-5`) are measured on request: see docs/measurements.md for what
+    # they cost and keep.
+    layouts: tuple[str, ...] = (PROMPT_FORMAT_VERSION, QUESTION_FIRST, INPUT_LAST)
+    shots_per_class: tuple[int, ...] = (1,)
+    # Most evaluated rows (weighted by the pinned prefix they attend to) the scoring may cost, about
+    # ten minutes on 2 CPU cores with the default model; over it, the costliest variants are left out
+    # and many-option answers scored on a subsample (`variants.plan_scoring`). None: no limit.
+    row_budget: int | None = 120_000
+    min_answered: int = 100  # over the budget, answers are scored on a subsample of at least this many items
+    bins: int = 15
+    bootstrap_rounds: int = 200
+    profile_name: str | None = None
+    dataset_fingerprint: str = ""
+    show_progress: bool = True
