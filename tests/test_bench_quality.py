@@ -10,13 +10,31 @@ import pytest
 
 from llamadecide.bench import quality
 
-pytestmark = pytest.mark.skipif(not quality.DATASETS["sst2"].path.exists(), reason="shared data not beside the checkout")
+pytestmark = pytest.mark.skipif(
+    not quality.DATASETS["sst2"].path.exists(),
+     reason="shared data not beside the checkout")
 
 
 def test_quality_bench_on_a_slice(tmp_path, capsys):
     out = tmp_path / "runs"
-    code = quality.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--labelled", "30", "--test", "12",
-                         "--generate", "3", "--shots", "2", "--nested", "--out", str(out), "--json", str(out / "r.json"), "--quiet"])
+    code = quality.main(["--model",
+    "smollm2-135m-instruct",
+    "--dataset",
+    "sst2",
+    "--labelled",
+    "30",
+    "--test",
+    "12",
+    "--generate",
+    "3",
+    "--shots",
+    "2",
+    "--nested",
+    "--out",
+    str(out),
+    "--json",
+    str(out / "r.json"),
+     "--quiet"])
     assert code == 0
     [result] = json.loads((out / "r.json").read_text())
     methods = [(r["method"], r["variant"]) for r in result["rows"]]

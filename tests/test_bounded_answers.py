@@ -24,7 +24,8 @@ def lazy_engine() -> Engine:
 
 @pytest.fixture(scope="module")
 def intents():
-    return choice("Which banking intent is this?", [o.text for o in load_task(TASKS_DIR / "banking77.yaml").question().options][:40])
+    return choice("Which banking intent is this?", [o.text for o in load_task(
+        TASKS_DIR / "banking77.yaml").question().options][:40])
 
 
 def counted(engine, work):
@@ -37,7 +38,10 @@ def counted(engine, work):
 def test_every_bounded_probability_is_within_its_bound_of_the_exact_one(lazy_engine, intents, epsilon):
     exact, exact_work = counted(lazy_engine, lambda: Decider(lazy_engine).decide(TEXT, [intents]).answers[0])
     lazy_engine.clear_cache()
-    bounded, work = counted(lazy_engine, lambda: Decider(lazy_engine, epsilon=epsilon).decide(TEXT, [intents]).answers[0])
+    bounded, work = counted(
+    lazy_engine, lambda: Decider(
+        lazy_engine, epsilon=epsilon).decide(
+            TEXT, [intents]).answers[0])
     assert exact.bound == 0.0
     assert 0.0 < bounded.bound <= epsilon
     gap = np.abs(np.array(exact.probabilities) - np.array(bounded.probabilities))
@@ -85,7 +89,10 @@ def test_a_head_takes_the_hidden_state_from_the_scoring_call(engine):
     width = 4 + int(engine.metadata["llama.embedding_length"])
     rng = np.random.default_rng(0)
     head = Head(rng.normal(scale=0.05, size=(4, width)), rng.normal(size=4))
-    answer, work = counted(engine, lambda: Decider(engine).decide(TEXT, [question], scoring=Scoring(head=head)).answers[0])
+    answer, work = counted(
+    engine, lambda: Decider(engine).decide(
+        TEXT, [question], scoring=Scoring(
+            head=head)).answers[0])
     assert work["decode_calls"] == 1
     hidden = engine.hidden_state(engine.tokenize_prompt(engine.render_chat(build_messages(TEXT, question))))
     features = maths.head_features([o.logprob for o in answer.options], hidden)
@@ -108,5 +115,11 @@ def test_a_head_on_the_hidden_state_alone_scores_no_answer(engine, intents):
     assert decision.prompt_tokens == len(prompt)
     assert answer.label_mass is None and all(o.logprob is None for o in answer.options)
     hidden = engine.hidden_state(prompt)
-    expected = maths.head_probabilities(maths.head_features(None, hidden, maths.HIDDEN_ONLY), head.weights, head.intercept)
+    expected = maths.head_probabilities(
+    maths.head_features(
+        None,
+        hidden,
+        maths.HIDDEN_ONLY),
+        head.weights,
+         head.intercept)
     assert answer.probabilities == pytest.approx(list(expected), abs=1e-4)

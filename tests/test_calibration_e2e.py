@@ -46,7 +46,8 @@ def local_run(slice_file, tmp_path_factory):
 
 def test_local_run_writes_report_plots_and_profile(local_run):
     out, output = local_run
-    for name in ("report.html", "summary.json", "profile.json", "reliability.png", "risk_coverage.png", "predictions.jsonl"):
+    for name in ("report.html", "summary.json", "profile.json",
+                 "reliability.png", "risk_coverage.png", "predictions.jsonl"):
         assert (out / name).stat().st_size > 0, name
     summary = json.loads((out / "summary.json").read_text())
     raw, calibrated = summary["test"]["raw"], summary["test"]["calibrated"]
@@ -87,7 +88,15 @@ def test_rerun_is_served_from_the_cache(local_run, slice_file, engine):
 
     task = load_task("agnews")
     items = read_labelled(slice_file, text_column="0", label_column="1")
-    calibrate(Counting(engine), task, items, RunConfig(out_dir=out, calibration_size=20, test_size=20, show_progress=False))
+    calibrate(
+    Counting(engine),
+    task,
+    items,
+    RunConfig(
+        out_dir=out,
+        calibration_size=20,
+        test_size=20,
+         show_progress=False))
     assert calls == []
 
 
@@ -111,7 +120,13 @@ def test_http_and_sagemaker_backends_match_local(local_run, slice_file, server, 
     with HTTPBackend(server.url, API_KEY) as http:
         assert http.identity() == local == sagemaker.identity()  # the server reports its model's SHA-256
         for item in items[:6]:
-            assert http.score(item.text, question).logprobs == pytest.approx(sagemaker.score(item.text, question).logprobs, abs=1e-9)
+            assert http.score(
+    item.text,
+    question).logprobs == pytest.approx(
+        sagemaker.score(
+            item.text,
+            question).logprobs,
+             abs=1e-9)
         summary = calibrate(http, task, items, RunConfig(out_dir=tmp_path / "http", calibration_size=20, test_size=20,
                                                          show_progress=False))
     assert summary["model_sha256"] == local and summary["test"]["raw"]["n"] == 20
@@ -126,8 +141,12 @@ def test_profile_is_served_and_mismatches_are_refused(local_run, tmp_path):
     shutil.copy(out / "profile.json", profiles / "agnews.json")
     profile = CalibrationProfile.load(out / "profile.json")
     task = profile.task
-    body = {"model": "m", "input": "Stocks rallied as the central bank held rates.", "llamadecide": {"profile": profile.name},
-            "questions": [{"type": "choice", "instructions": task["instructions"], "choices": [{"value": v} for v in task["options"]]}]}
+    body = {"model": "m",
+    "input": "Stocks rallied as the central bank held rates.",
+    "llamadecide": {"profile": profile.name},
+    "questions": [{"type": "choice",
+    "instructions": task["instructions"],
+     "choices": [{"value": v} for v in task["options"]]}]}
     with ServerProcess("--profiles-dir", str(profiles)) as server:
         answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]
         assert answer["calibrated"] is True and answer["profile"] == profile.name
@@ -135,7 +154,13 @@ def test_profile_is_served_and_mismatches_are_refused(local_run, tmp_path):
         wrong = {**body, "questions": [{**body["questions"][0], "choices": [{"value": "a"}, {"value": "b"}]}]}
         refused = httpx.post(f"{server.url}/v1/decisions", json=wrong, timeout=60)
         assert refused.status_code == 422 and refused.json()["error"]["code"] == "profile_mismatch"
-        unknown = httpx.post(f"{server.url}/v1/decisions", json={**body, "llamadecide": {"profile": "nope"}}, timeout=60)
+        unknown = httpx.post(
+    f"{server.url}/v1/decisions",
+    json={
+        **body,
+        "llamadecide": {
+            "profile": "nope"}},
+             timeout=60)
         assert unknown.status_code == 400 and "loaded" in unknown.json()["error"]["message"]
     # a profile fitted for another model file, or a file that is no profile, is left out (named in
     # the error of a request for it) while the model serves the good ones
@@ -145,7 +170,13 @@ def test_profile_is_served_and_mismatches_are_refused(local_run, tmp_path):
     with ServerProcess("--profiles-dir", str(profiles)) as server:
         assert httpx.get(f"{server.url}/ping", timeout=10).status_code == 200
         assert httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]["calibrated"]
-        refused = httpx.post(f"{server.url}/v1/decisions", json={**body, "llamadecide": {"profile": "other"}}, timeout=60)
+        refused = httpx.post(
+    f"{server.url}/v1/decisions",
+    json={
+        **body,
+        "llamadecide": {
+            "profile": "other"}},
+             timeout=60)
         message = refused.json()["error"]["message"]
         assert refused.status_code == 400 and "other.json" in message and "recalibrate" in message
         assert "notes.json" in message and "not a calibration profile" in message
@@ -159,9 +190,12 @@ def test_a_calibrate_output_folder_is_served_as_it_is(local_run):
     out, _ = local_run
     assert (out / "summary.json").is_file()
     profile = CalibrationProfile.load(out / "profile.json")
-    body = {"model": "m", "input": "Stocks rallied as the central bank held rates.", "llamadecide": {"profile": profile.name},
-            "questions": [{"type": "choice", "instructions": profile.task["instructions"],
-                           "choices": [{"value": v} for v in profile.task["options"]]}]}
+    body = {"model": "m",
+    "input": "Stocks rallied as the central bank held rates.",
+    "llamadecide": {"profile": profile.name},
+    "questions": [{"type": "choice",
+    "instructions": profile.task["instructions"],
+     "choices": [{"value": v} for v in profile.task["options"]]}]}
     with ServerProcess("--profiles-dir", str(out)) as server:
         assert httpx.get(f"{server.url}/ping", timeout=10).status_code == 200
         answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]
@@ -189,9 +223,19 @@ def test_over_its_budget_a_run_compares_every_candidate_on_the_answered_items(tm
     banking = AGNEWS.parents[1] / "banking77" / "test.csv"
     task = load_task("banking77")
     items = read_labelled(banking, text_column="text", label_column="category")[::50][:40]
-    config = RunConfig(out_dir=tmp_path / "run", calibration_size=30, test_size=10, show_progress=False,
-                       layouts=("llamadecide-1", "llamadecide-3"), shots_per_class=(), lexical=False, prior_correction=False,
-                       row_budget=15000, min_answered=16)
+    config = RunConfig(
+    out_dir=tmp_path / "run",
+    calibration_size=30,
+    test_size=10,
+    show_progress=False,
+    layouts=(
+        "llamadecide-1",
+        "llamadecide-3"),
+        shots_per_class=(),
+        lexical=False,
+        prior_correction=False,
+        row_budget=15000,
+         min_answered=16)
     summary = calibrate(LocalBackend(engine), task, items, config)
     plan = summary["scoring"]
     assert plan["left_out"] == ["text mode"] and plan["hidden_state_on_every_item"] == ["text mode, llamadecide-3"]

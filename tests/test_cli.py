@@ -28,10 +28,18 @@ def test_decide_table_shows_every_option():
 
 
 def test_predicate_and_score_from_the_cli():
-    result = runner.invoke(app, ["decide", TICKET, "-q", "The customer wants money back", "--type", "predicate", "--json"])
+    result = runner.invoke(app,
+    ["decide",
+    TICKET,
+    "-q",
+    "The customer wants money back",
+    "--type",
+    "predicate",
+     "--json"])
     assert result.exit_code == 0, result.output
     assert 0 < json.loads(result.output)["probability"] < 1
-    result = runner.invoke(app, ["decide", TICKET, "-q", "How urgent?", "--type", "score", "-o", "low", "-o", "high", "--json"])
+    result = runner.invoke(app, ["decide", TICKET, "-q", "How urgent?", "--type",
+                           "score", "-o", "low", "-o", "high", "--json"])
     assert result.exit_code == 0, result.output
     assert 0 <= json.loads(result.output)["score"] <= 1
 
@@ -63,7 +71,11 @@ def test_models_lists_every_bundled_model():
     result = runner.invoke(app, ["models", "--json"])
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.output)}
-    assert set(rows) >= {"qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct", "gemma-3-270m"}
+    assert set(rows) >= {
+    "qwen2.5-coder-1.5b-instruct",
+    "qwen2.5-coder-0.5b-instruct",
+    "smollm2-135m-instruct",
+     "gemma-3-270m"}
     assert rows["smollm2-135m-instruct"]["state"] == "ready"
     assert rows["gemma-3-270m"]["kind"] == "base"
     assert rows["qwen2.5-coder-1.5b-instruct"]["licence"] == "Apache-2.0"
@@ -80,7 +92,8 @@ def test_bench_outside_a_checkout_asks_for_data_and_tasks_are_packaged(monkeypat
     assert result.exit_code == 2 and "pass --data FILE" in result.output
     assert {"agnews", "sst2", "banking77", "banking77-phrases"} <= set(packaged_tasks())
     assert load_task("agnews").name == load_task("agnews.yaml").name == "agnews-topic"
-    result = runner.invoke(app, ["bench", "--data", str(tmp_path), "--task", "no-such-task", "--out", str(tmp_path / "o")])
+    result = runner.invoke(app, ["bench", "--data", str(tmp_path), "--task",
+                           "no-such-task", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "packaged task" in result.output
 
 

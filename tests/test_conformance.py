@@ -54,8 +54,21 @@ def test_jevcompat_auth_off_must(tmp_path):
 def test_jevbench_examples_run_clean_with_batch_independence(keyed_server, tmp_path, monkeypatch):
     monkeypatch.setenv("JEV_TEST_KEY", KEY)
     out = tmp_path / "jevbench"
-    run = subprocess.run([_bin("jevbench"), "eval", "--url", f"{keyed_server.url}/v1/systemone", "--model", "jev-latest",
-                          "--api-key-env", "JEV_TEST_KEY", "--suite", "examples", "--no-cache", "--out", str(out)],
-                         capture_output=True, text=True, timeout=1500)
+    run = subprocess.run([_bin("jevbench"),
+    "eval",
+    "--url",
+    f"{keyed_server.url}/v1/systemone",
+    "--model",
+    "jev-latest",
+    "--api-key-env",
+    "JEV_TEST_KEY",
+    "--suite",
+    "examples",
+    "--no-cache",
+    "--out",
+    str(out)],
+    capture_output=True,
+    text=True,
+     timeout=1500)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "BAT        100.0" in run.stdout and "BAT.isolation         100.0" in run.stdout, run.stdout

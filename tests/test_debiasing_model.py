@@ -131,7 +131,13 @@ def test_a_head_reads_log_likelihoods_and_the_hidden_state(engine):
     answer = decider.decide(NEWS, [question], scoring=Scoring(head=head)).answers[0]
     hidden = engine.hidden_state(engine.tokenize_prompt(engine.render_chat(build_messages(NEWS, question))))
     features = maths.head_features(np.array([o.logprob for o in answer.options]), hidden)
-    assert answer.probabilities == pytest.approx(list(maths.head_probabilities(features, head.weights, head.intercept)), abs=1e-9)
+    assert answer.probabilities == pytest.approx(
+    list(
+        maths.head_probabilities(
+            features,
+            head.weights,
+            head.intercept)),
+             abs=1e-9)
     wrong = Head(np.zeros((len(TOPIC), width + 1)), np.zeros(len(TOPIC)))
     with pytest.raises(InvalidRequestError, match="fitted for another model"):
         decider.decide(NEWS, [question], scoring=Scoring(head=wrong))

@@ -138,8 +138,14 @@ class RecordingBackend:
 
     def score_many(self, texts, question, *, rotations=1, hidden=False, demonstrations=(), layout="llamadecide-1",
                    answers=True):
-        return [self.score(t, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations, layout=layout)
-                for t in texts]
+        return [
+    self.score(
+        t,
+        question,
+        rotations=rotations,
+        hidden=hidden,
+        demonstrations=demonstrations,
+         layout=layout) for t in texts]
 
     def content_free(self, question, *, rotations=1, demonstrations=(), layout="llamadecide-1"):
         return np.zeros((2, 2)), None
@@ -166,8 +172,17 @@ def test_calibration_scores_a_demonstration_with_the_others_only(tmp_path):
     assert scored[shot].L[0, 0] == (-2.0 if items[0].text in shown else -3.0)
     # Without a pool (or with a backend that cannot show them) there is no k-shot variant.
     cache = ScoreCache(tmp_path / "cache2.sqlite")
-    assert [v.shots for v in score_variants(backend, task, items, used, RunConfig(out_dir=tmp_path, shots=2, head=False),
-                                            cache)] == [0]
+    assert [
+    v.shots for v in score_variants(
+        backend,
+        task,
+        items,
+        used,
+        RunConfig(
+            out_dir=tmp_path,
+            shots=2,
+            head=False),
+             cache)] == [0]
     cache.close()
 
 
@@ -205,7 +220,12 @@ def test_a_profile_checks_its_demonstrations():
                                  demonstrations=[DemonstrationParams(input="a", option=1)])
     assert profile.scoring().demonstrations == (Demonstration("a", 1),)
     assert profile.method_label == "1-shot, prior-corrected"
-    assert CalibrationProfile(**base, demonstrations=[DemonstrationParams(input="a", option=0)]).method_label == "1-shot"
+    assert CalibrationProfile(
+    **base,
+    demonstrations=[
+        DemonstrationParams(
+            input="a",
+             option=0)]).method_label == "1-shot"
     assert CalibrationProfile(**base).method_label == "zero-shot"
     fixed = CalibrationProfile(**base, method="prior-corrected", prior_correction=True, prior=[-0.4, -1.1])
     assert fixed.scoring().prior == (-0.4, -1.1) and fixed.scoring().prior_correction

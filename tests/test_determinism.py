@@ -59,7 +59,8 @@ def _requests(engine: Engine) -> list[tuple[str, list, Scoring, float]]:
         (ticket, [choice("Which team?", teams[:4], mode="labels")], Scoring(rotations=2), 0.0),
         (ticket, [choice("Which team?", teams)], Scoring(layout="llamadecide-2"), 0.0),
         (long_state, [choice("Which team?", teams)], Scoring(layout="llamadecide-3", demonstrations=shots), 0.0),
-        ("Where is my parcel?", [choice("Which team?", teams)], Scoring(layout="llamadecide-2", demonstrations=shots), 0.0),
+        ("Where is my parcel?", [choice("Which team?", teams)],
+         Scoring(layout="llamadecide-2", demonstrations=shots), 0.0),
         (ticket, [choice("Which team?", teams)],
          Scoring(layout="llamadecide-3", head=Head(rng.normal(scale=0.05, size=(6, width)), rng.normal(size=6),
                                                    features=maths.HIDDEN_ONLY)), 0.0),
@@ -99,16 +100,23 @@ def test_answers_do_not_depend_on_server_history():
                     assert np.abs(np.array(a) - np.array(b)).max() <= EXACT, (step, index)
                 checked += 1
             elif kind == "chat":
-                words = " ".join(rng.choice(["tell", "me", "about", "the", "sea", "and", "sky"], size=int(rng.integers(3, 60))))
+                words = " ".join(rng.choice(["tell", "me", "about", "the", "sea",
+                                 "and", "sky"], size=int(rng.integers(3, 60))))
                 prompt = engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": words}]))
                 list(engine.generate(prompt, SamplingParams(max_tokens=int(rng.integers(1, 12)), temperature=0.0)))
             elif kind == "pin":
                 text = "Background: " + "the shop opens at nine. " * int(rng.integers(5, 120))
-                assert engine.pin_prefix(engine.tokenize_prompt(engine.render_chat([{"role": "system", "content": text}])))
+                assert engine.pin_prefix(engine.tokenize_prompt(
+                    engine.render_chat([{"role": "system", "content": text}])))
             else:
                 words = "word " * int(rng.integers(300, 1400))
-                prompt = engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": words}]))[: engine.max_sequence - 4]
-                engine.score_continuations(prompt, [engine.tokenize(" yes", special=False), engine.tokenize(" no", special=False)])
+                prompt = engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": words}]))[
+                                                : engine.max_sequence - 4]
+                engine.score_continuations(
+    prompt, [
+        engine.tokenize(
+            " yes", special=False), engine.tokenize(
+                " no", special=False)])
         assert checked >= 20
     finally:
         engine.close()

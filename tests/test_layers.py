@@ -43,7 +43,8 @@ def test_engine_modules_import_downward():
     upward = []
     for path in (ROOT / "engine").glob("*.py"):
         for target in _imports(path):
-            if target[0] == "engine" and len(target) > 1 and ENGINE[target[1]] >= ENGINE[path.stem] and target[1] != path.stem:
+            if target[0] == "engine" and len(target) > 1 and ENGINE[target[1]
+                                             ] >= ENGINE[path.stem] and target[1] != path.stem:
                 if not (path.stem == "__init__"):
                     upward.append(f"engine/{path.name} imports engine.{target[1]}")
     assert not upward, upward

@@ -18,7 +18,9 @@ FIRST = Scoring(layout=QUESTION_FIRST)
 TEAMS = choice("Which team should handle this ticket?", ["billing", "technical support", "account security", "sales"],
                name="team")
 ANGRY = predicate("The customer is angry.", name="angry")
-TICKETS = ["I was charged twice this month.", "The app crashes when I open settings.", "Someone logged into my account."]
+TICKETS = ["I was charged twice this month.",
+    "The app crashes when I open settings.",
+     "Someone logged into my account."]
 
 
 @pytest.fixture(autouse=True)
@@ -162,13 +164,28 @@ def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
     from llamadecide.bench import layouts
 
     out = tmp_path / "layouts.json"
-    assert layouts.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--items", "3", "--n-ctx", "4096",
-                         "--shots-per-class", "1", "--head-labels", "12", "--epsilon", "0.001", "--json", str(out)]) == 0
+    assert layouts.main(["--model",
+    "smollm2-135m-instruct",
+    "--dataset",
+    "sst2",
+    "--items",
+    "3",
+    "--n-ctx",
+    "4096",
+    "--shots-per-class",
+    "1",
+    "--head-labels",
+    "12",
+    "--epsilon",
+    "0.001",
+    "--json",
+     str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     head = "head, hidden state + lexical (12 labels)"
     assert [(r["layout"], r["shots"], r["method"]) for r in rows] == [
         (PROMPT_FORMAT_VERSION, 0, "zero-shot"), (QUESTION_FIRST, 0, "zero-shot"), (QUESTION_FIRST, 0, head),
-        (QUESTION_FIRST, 2, "zero-shot"), (QUESTION_FIRST, 2, head), (INPUT_LAST, 0, "zero-shot"), (INPUT_LAST, 0, head),
+        (QUESTION_FIRST, 2, "zero-shot"), (QUESTION_FIRST, 2, head),
+        (INPUT_LAST, 0, "zero-shot"), (INPUT_LAST, 0, head),
         (INPUT_LAST, 2, "zero-shot"), (INPUT_LAST, 2, head)]
     for row in rows:
         assert row["dataset"] == "sst2" and row["decode_calls"] == 1.0 and row["p50_s"] > 0

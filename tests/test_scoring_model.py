@@ -66,7 +66,8 @@ def assert_matches_reference(decider, reference, state, question):
 
     answer = decider.decide(state, [question]).answers[0]
     item = decider._tokenize(state, question)
-    exact = [float(reference.continuation_logprobs(s[:b], s[b:]).sum()) for s, b in zip(item.sequences, item.boundaries)]
+    exact = [float(reference.continuation_logprobs(s[:b], s[b:]).sum())
+                   for s, b in zip(item.sequences, item.boundaries)]
     errors = np.abs(np.array([o.logprob for o in answer.options]) - np.array(exact))
     weights = normalise(exact)
     # Unlikely options carry the largest llama.cpp noise and the least weight in any decision.
@@ -221,7 +222,8 @@ def test_several_questions_share_the_state_prefix(decider, engine):
     assert together.shared_prefix_tokens > state_tokens  # system text + the whole state
     for question, answer in zip(questions, together.answers):
         alone = decider.decide(TICKET, [question]).answers[0]
-        assert [o.logprob for o in answer.options] == pytest.approx([o.logprob for o in alone.options], abs=LAYOUT_NOISE)
+        assert [o.logprob for o in answer.options] == pytest.approx(
+            [o.logprob for o in alone.options], abs=LAYOUT_NOISE)
         assert np.abs(np.array(answer.probabilities) - np.array(alone.probabilities)).max() <= LAYOUT_NOISE_PROBABILITY
 
 
@@ -266,7 +268,8 @@ def test_the_scoring_benchmark_prints_its_figures(capsys):
 
     from llamadecide.bench import scoring
 
-    assert scoring.main(["--model", "smollm2-135m-instruct", "--options", "2", "--repeats", "1", "--flash-attn", "--json"]) == 0
+    assert scoring.main(["--model", "smollm2-135m-instruct", "--options",
+                        "2", "--repeats", "1", "--flash-attn", "--json"]) == 0
     [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert row["k"] == 2 and row["prompt_tokens"] > 100 and row["decision_ms"] > 0 and row["speedup_vs_naive"] > 0
     assert row["warm_decision_ms"] > 0

@@ -31,7 +31,8 @@ def test_builtin_template_and_end_marker(gemma):
 
 def test_decisions_on_gemma(gemma):
     decider = Decider(gemma)
-    questions = [choice("Which team?", ["billing", "technical support", "sales"]), predicate("The customer wants money back.")]
+    questions = [choice("Which team?", ["billing", "technical support", "sales"]),
+                        predicate("The customer wants money back.")]
     decision = decider.decide(TICKET, questions)
     for answer in decision.answers:
         assert sum(answer.probabilities) == pytest.approx(1.0)

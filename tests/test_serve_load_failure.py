@@ -44,8 +44,8 @@ def test_the_header_tells_a_truncated_file(tmp_path):
 
 
 def serve(model: str, port: int = 18731) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llamadecide.cli.main", "serve", "--model", model, "--port", str(port)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "llamadecide.cli.main", "serve", "--model",
+                          model, "--port", str(port)], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("case, expected", [

@@ -43,21 +43,30 @@ def healthy(server):
 
 
 def post(server, path, body=None, *, content=None, headers=None):
-    return httpx.post(f"{server.url}{path}", json=body, content=content, headers={**AUTH, **(headers or {})}, timeout=60)
+    return httpx.post(f"{server.url}{path}", json=body, content=content,
+                      headers={**AUTH, **(headers or {})}, timeout=60)
 
 
 @pytest.mark.usefixtures("healthy")
 class TestBadInput:
-    @pytest.mark.parametrize("path, raw, field", [
-        ("/v1/decisions", '{"model": "m", "input": "x", "questions": [{"type": "choice", "instructions": "Which?", '
-                          '"choices": [{"value": "\\ud800"}, {"value": "b"}]}]}', "questions.0.choices.0.value"),
-        ("/v1/systemone", '{"state": {"\\ud800": 1}, "questions": {"q": {"type": "noul", "instructions": "x"}}}', "state."),
-        ("/v1/systemone", '{"state": "x", "questions": {"\\udc00id": {"type": "noul", "instructions": "x"}}}', "questions."),
-        ("/v1/chat/completions", '{"model": "m", "messages": [{"role": "user", "content": "hi \\ud83d"}]}',
-         "messages.0.content"),
-        ("/invocations", '{"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "\\udfff"}]}',
-         "questions.0.instructions"),
-    ])
+    @pytest.mark.parametrize("path, raw, field",
+    [ ("/v1/decisions",
+    '{"model": "m", "input": "x", "questions": [{"type": "choice", "instructions": "Which?", '
+    '"choices": [{"value": "\\ud800"}, {"value": "b"}]}]}',
+    "questions.0.choices.0.value"),
+    ("/v1/systemone",
+    '{"state": {"\\ud800": 1}, "questions": {"q": {"type": "noul", "instructions": "x"}}}',
+    "state."),
+    ("/v1/systemone",
+    '{"state": "x", "questions": {"\\udc00id": {"type": "noul", "instructions": "x"}}}',
+    "questions."),
+    ("/v1/chat/completions",
+    '{"model": "m", "messages": [{"role": "user", "content": "hi \\ud83d"}]}',
+    "messages.0.content"),
+    ("/invocations",
+    '{"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "\\udfff"}]}',
+    "questions.0.instructions"),
+     ])
     def test_lone_surrogates_are_a_400_naming_the_field(self, server, path, raw, field):
         response = post(server, path, content=raw.encode(), headers={"content-type": "application/json"})
         assert_error(response, 400, contains="surrogate")
@@ -77,8 +86,15 @@ class TestBadInput:
         assert response.status_code == 200 and response.headers["x-request-id"] == "r" * 128
 
     def test_malformed_json(self, server):
-        assert_error(post(server, "/v1/decisions", content=b'{"model": "m", "input": ', headers={"content-type": "application/json"}),
-                     400, contains="JSON")
+        assert_error(
+    post(
+        server,
+        "/v1/decisions",
+        content=b'{"model": "m", "input": ',
+        headers={
+            "content-type": "application/json"}),
+            400,
+             contains="JSON")
 
     def test_wrong_types(self, server):
         assert_error(post(server, "/v1/decisions", decision(questions="not a list")), 400, param="questions")
@@ -104,7 +120,8 @@ class TestBadInput:
     def test_oversized_body(self, server):
         big = decision(input="x" * 300_000)  # the test server's limit is 256 KiB
         assert_error(post(server, "/v1/decisions", big), 413)
-        refused = post(server, "/v1/systemone", {"state": "x" * 300_000, "questions": {"q": {"type": "noul", "instructions": "x"}}})
+        refused = post(server, "/v1/systemone", {"state": "x" *
+     300_000, "questions": {"q": {"type": "noul", "instructions": "x"}}})
         assert_error(refused, 413)
         assert refused.json()["detail"]["error_type"] == "request_too_large"  # TypeSafe's shape there too
 
@@ -117,14 +134,24 @@ class TestBadInput:
         assert_error(post(server, "/v1/decisions", decision(input="   ")), 400, param="input")
 
     def test_unsupported_image_input(self, server):
-        body = decision(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}])
+        body = decision(
+            input=[{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}])
         assert_error(post(server, "/v1/decisions", body), 501, param="input[0].content[0]")
-        chat = {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}
+        chat = {"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "x"}}]}]}
         assert_error(post(server, "/v1/chat/completions", chat), 501)
 
     def test_corrupt_zstd_body(self, server):
-        assert_error(post(server, "/v1/systemone", content=b"\x28\xb5\x2f\xfdgarbage",
-                          headers={"content-encoding": "zstd", "content-type": "application/json"}), 400, contains="zstd")
+        assert_error(
+    post(
+        server,
+        "/v1/systemone",
+        content=b"\x28\xb5\x2f\xfdgarbage",
+        headers={
+            "content-encoding": "zstd",
+            "content-type": "application/json"}),
+            400,
+             contains="zstd")
 
     def test_zstd_bomb_is_bounded(self, server):
         bomb = zstandard.ZstdCompressor().compress(b" " * 2_000_000)
@@ -144,7 +171,15 @@ class TestBadInput:
         assert_error(post(server, "/v1/decisions", body), 400, param="input[0].call_id")
 
     def test_unknown_profile_is_refused_not_ignored(self, server):
-        assert_error(post(server, "/v1/decisions", decision(llamadecide={"profile": "agnews"})), 400, param="llamadecide.profile")
+        assert_error(
+    post(
+        server,
+        "/v1/decisions",
+        decision(
+            llamadecide={
+                "profile": "agnews"})),
+                400,
+                 param="llamadecide.profile")
 
     def test_unknown_route(self, server):
         assert_error(httpx.get(f"{server.url}/v2/nothing", headers=AUTH, timeout=120), 404)
@@ -162,8 +197,21 @@ class TestBadInput:
 class TestAuth:
     def test_missing_and_wrong_key(self, server):
         assert_error(httpx.post(f"{server.url}/v1/decisions", json=decision(), timeout=120), 401)
-        assert_error(httpx.post(f"{server.url}/v1/decisions", json=decision(), headers={"Authorization": "Bearer wrong"}, timeout=120), 401)
-        assert_error(httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Basic {API_KEY}"}, timeout=120), 401)
+        assert_error(
+    httpx.post(
+        f"{server.url}/v1/decisions",
+        json=decision(),
+        headers={
+            "Authorization": "Bearer wrong"},
+            timeout=120),
+             401)
+        assert_error(
+    httpx.get(
+        f"{server.url}/v1/models",
+        headers={
+            "Authorization": f"Basic {API_KEY}"},
+            timeout=120),
+             401)
         assert_error(httpx.get(f"{server.url}/metrics", timeout=120), 401)
 
     def test_open_routes(self, server):
@@ -267,7 +315,8 @@ def test_fifty_concurrent_mixed_requests(server):
 
     async def run():
         async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=120) as client:
-            return await asyncio.gather(*(client.post(path, json=body) for path, body in (bodies[i % 4] for i in range(50))))
+            sent = (bodies[i % 4] for i in range(50))
+            return await asyncio.gather(*(client.post(path, json=body) for path, body in sent))
 
     responses = asyncio.run(run())
     assert len(responses) == 50
@@ -281,7 +330,8 @@ def test_fifty_concurrent_mixed_requests(server):
 
 
 def test_disconnected_stream_frees_the_engine(server):
-    body = {"model": "m", "messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400, "stream": True}
+    body = {"model": "m", "messages": [
+        {"role": "user", "content": "Write a long story."}], "max_tokens": 400, "stream": True}
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, headers=AUTH, timeout=60) as response:
         for _ in response.iter_lines():
             break  # read one event, then hang up
@@ -290,7 +340,8 @@ def test_disconnected_stream_frees_the_engine(server):
 
 
 def test_probability_log(server):
-    post(server, "/v1/decisions", decision(questions=[CHOICE, {"type": "predicate", "instructions": "Angry?", "name": "angry"}]))
+    post(server, "/v1/decisions", decision(questions=[CHOICE,
+         {"type": "predicate", "instructions": "Angry?", "name": "angry"}]))
     lines = server.probability_log.read_text().splitlines()
     records = [json.loads(line) for line in lines]  # every line is whole JSON, even under concurrency
     last = records[-2:]

@@ -14,7 +14,11 @@ from llamadecide.calibration.thresholds import (
 
 def test_clopper_pearson_matches_scipy():
     for k, n in [(95, 100), (50, 60), (1, 1), (999, 1000)]:
-        expected = binomtest(k, n).proportion_ci(confidence_level=0.90, method="exact").low  # two-sided 90% = one-sided 95%
+        expected = binomtest(
+    k,
+    n).proportion_ci(
+        confidence_level=0.90,
+         method="exact").low  # two-sided 90% = one-sided 95%
         assert clopper_pearson_lower(k, n, 0.95) == pytest.approx(expected, abs=1e-9)
     assert clopper_pearson_lower(0, 10, 0.95) == 0.0
 

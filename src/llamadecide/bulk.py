@@ -51,15 +51,21 @@ def read_inputs(path: Path, *, text_column: str = "text", id_column: str | None 
                 if text is None:
                     yield BulkInput(line, ident, None, f"line {line} has no field {text_column!r}")
                 else:
-                    yield BulkInput(line, ident, text if isinstance(text, str) else json.dumps(text, ensure_ascii=False))
+                    shown = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+                    yield BulkInput(line, ident, shown)
         return
     delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
     header = not text_column.isdigit()
     with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+        reader = csv.reader(
+    handle,
+    delimiter=delimiter,
+     quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
         names = next(reader, []) if header else None
         if names is not None and text_column not in names:
-            raise InvalidRequestError(f"{path}: no column {text_column!r} (have {', '.join(names)})", param="text_column")
+            raise InvalidRequestError(
+    f"{path}: no column {text_column!r} (have {', '.join(names)})",
+     param="text_column")
         text_index = names.index(text_column) if names is not None else int(text_column)
         id_index = None
         if id_column is not None:
@@ -108,7 +114,8 @@ def done_lines(out: Path) -> int:
     for count, raw in enumerate(whole.splitlines(), start=1):
         record = json.loads(raw)
         if record.get("line") != count:
-            raise InvalidRequestError(f"{out} is not the output of this input (line {count} says {record.get('line')}); "
+            raise InvalidRequestError(f"{out} is not the output of this input (line {count} says "
+                                      f"{record.get('line')}); "
                                       "write to a new file")
     return count
 
@@ -128,7 +135,8 @@ def decide_file(decider: Decider, inputs: Sequence[BulkInput], question: Questio
             results = iter(decider.decide_many([DecisionInput(item.text, [question], scoring) for item in readable]))
             lines = []
             for item in chunk:
-                result: Decision | Exception | str = next(results) if item.text is not None else item.error or "unreadable"
+                result: Decision | Exception | str = next(
+                    results) if item.text is not None else item.error or "unreadable"
                 record: dict[str, Any] = {"line": item.line, "id": item.id}
                 if isinstance(result, Decision):
                     record["answers"] = [answer_record(a, threshold) for a in result.answers]

@@ -50,10 +50,12 @@ def measure(engine: Engine, texts: list[str], question, layout: str) -> list[dic
              "batched_s_per_item": shared_s / len(texts), "speedup": alone_s / shared_s, "alone_calls": alone_calls,
              "batched_calls": shared_calls, "max_difference": gap}]
     if layout != "llamadecide-1":
-        states, alone_s, alone_calls = _timed(engine, lambda: [decider.hidden(t, question, layout=layout) for t in texts])
-        shared, shared_s, shared_calls = _timed(engine, lambda: [
-            h for start in range(0, len(texts), BATCH) for h in decider.hidden_many(texts[start:start + BATCH], question,
-                                                                                      layout=layout)])
+        states, alone_s, alone_calls = _timed(
+    engine, lambda: [
+        decider.hidden(
+            t, question, layout=layout) for t in texts])
+        shared, shared_s, shared_calls = _timed(engine, lambda: [ h for start in range(
+            0, len(texts), BATCH) for h in decider.hidden_many(texts[start:start + BATCH], question, layout=layout)])
         gap = max(float(np.abs(a - b).max()) for a, b in zip(states, shared))
         rows.append({"work": f"hidden state (a head's input), {layout}", "items": len(texts),
                      "alone_s_per_item": alone_s / len(texts), "batched_s_per_item": shared_s / len(texts),
@@ -92,8 +94,11 @@ def main(argv: list[str] | None = None) -> int:
                    "max |alone - batched|"):
         table.add_column(column, justify="left" if column == "work" else "right")
     for r in rows:
-        table.add_row(r["work"], str(r["items"]), f"{r['alone_s_per_item']:.3f}", f"{r['batched_s_per_item']:.3f}",
-                      f"{r['speedup']:.2f}x", str(r["alone_calls"]), str(r["batched_calls"]), f"{r['max_difference']:.2g}")
+        table.add_row(
+    r["work"], str(
+        r["items"]), f"{r['alone_s_per_item']:.3f}", f"{r['batched_s_per_item']:.3f}", f"{r['speedup']:.2f}x", str(
+            r["alone_calls"]), str(
+                r["batched_calls"]), f"{r['max_difference']:.2g}")
     Console(width=160).print(table)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

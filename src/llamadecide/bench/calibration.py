@@ -59,15 +59,21 @@ def main(argv: list[str] | None = None) -> int:
         th = summary["threshold"]
         rows.append((target, th["calibration"], th["test"]))
     table = Table(title=f"thresholds at {args.confidence:.0%} confidence (calibrated probabilities)")
-    for column in ("target precision", "threshold", "calibration coverage", "CP lower bound", "test coverage", "test precision"):
+    for column in ("target precision", "threshold", "calibration coverage",
+                   "CP lower bound", "test coverage", "test precision"):
         table.add_column(column, justify="right")
     for target, cal, test in rows:
         if cal is None:
             table.add_row(f"{target:.2f}", "none", "0%", "-", "0%", "- (escalate all)")
         else:
             precision = "-" if test["precision"] is None else f"{test['precision']:.3f}"
-            table.add_row(f"{target:.2f}", f"{cal['threshold']:.2f}", f"{cal['coverage']:.1%}", f"{cal['lower_bound']:.3f}",
-                          f"{test['coverage']:.1%}", precision)
+            table.add_row(
+    f"{target:.2f}",
+    f"{cal['threshold']:.2f}",
+    f"{cal['coverage']:.1%}",
+    f"{cal['lower_bound']:.3f}",
+    f"{test['coverage']:.1%}",
+     precision)
     console.print(table)
     return 0
 

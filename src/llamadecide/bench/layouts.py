@@ -132,13 +132,35 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
 
 def print_table(rows: list[dict], console: Console, title: str) -> None:
     table = Table(title=title)
-    for column in ("data set", "layout", "shots", "method", "epsilon", "rows/request", "decode calls", "p50 s", "p95 s", "first s",
-                   "accuracy", "NLL", "p50 speed-up"):
+    for column in (
+    "data set",
+    "layout",
+    "shots",
+    "method",
+    "epsilon",
+    "rows/request",
+    "decode calls",
+    "p50 s",
+    "p95 s",
+    "first s",
+    "accuracy",
+    "NLL",
+     "p50 speed-up"):
         table.add_column(column, justify="left" if column in ("data set", "layout") else "right")
     for r in rows:
-        table.add_row(r["dataset"], r["layout"], str(r["shots"]), r["method"], f"{r['epsilon']:g}", f"{r['rows_per_request']:.1f}", f"{r['decode_calls']:.2f}",
-                      f"{r['p50_s']:.3f}", f"{r['p95_s']:.3f}", f"{r['first_s']:.2f}", f"{r['accuracy']:.3f}", f"{r['nll']:.3f}",
-                      f"{r['p50_speedup']:.2f}x" if "p50_speedup" in r else "-")
+        table.add_row(r["dataset"],
+    r["layout"],
+    str(r["shots"]),
+    r["method"],
+    f"{r['epsilon']:g}",
+    f"{r['rows_per_request']:.1f}",
+    f"{r['decode_calls']:.2f}",
+    f"{r['p50_s']:.3f}",
+    f"{r['p95_s']:.3f}",
+    f"{r['first_s']:.2f}",
+    f"{r['accuracy']:.3f}",
+    f"{r['nll']:.3f}",
+     f"{r['p50_speedup']:.2f}x" if "p50_speedup" in r else "-")
     console.print(table)
 
 
@@ -163,7 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write {'rows': [...]} with every figure here")
     args = parser.parse_args(argv)
     path = resolve_model_path(args.model)
-    engine = Engine(EngineConfig(model_path=path, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers))
+    engine = Engine(
+    EngineConfig(
+        model_path=path,
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+         n_gpu_layers=args.n_gpu_layers))
     rows: list[dict] = []
     try:
         for name in args.dataset:

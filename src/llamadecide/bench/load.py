@@ -81,13 +81,17 @@ async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | Non
             if response.status_code != 200:
                 return Record(kind, response.status_code, latency, error=response.text[:200])
             answer = response.json()["answers"][0]
-            probs = [p["probability"] for p in answer["probabilities"]] if "probabilities" in answer else [answer["probability"], 1 - answer["probability"]]
+            probs = [
+    p["probability"] for p in answer["probabilities"]] if "probabilities" in answer else [
+        answer["probability"],
+         1 - answer["probability"]]
             return Record(kind, 200, latency, tokens=response.json()["usage"]["input_tokens"],
                           correct=(int(np.argmax(probs)) == gold) if gold is not None else None, valid=True)
         text, ttft, tokens = "", None, None
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:
             if response.status_code != 200:
-                return Record(kind, response.status_code, time.perf_counter() - began, error=(await response.aread()).decode()[:200])
+                error = (await response.aread()).decode()[:200]
+                return Record(kind, response.status_code, time.perf_counter() - began, error=error)
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
@@ -101,7 +105,9 @@ async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | Non
                     text += piece
         picked = parse_choice(text, task.options)
         return Record(kind, 200, time.perf_counter() - began, ttft, tokens,
-                      correct=(picked == gold) if gold is not None and picked is not None else (False if gold is not None else None),
+                      correct=(
+    picked == gold) if gold is not None and picked is not None else (
+        False if gold is not None else None),
                       valid=picked is not None)
     except Exception as exc:  # a benchmark records failures, it does not stop on them
         return Record(kind, 0, time.perf_counter() - began, error=f"{type(exc).__name__}: {exc}")
@@ -156,7 +162,8 @@ async def run_level(url: str, api_key: str | None, kind: str, task: Task, items:
                 except asyncio.QueueEmpty:
                     return
                 item = items[i % len(items)]
-                records.append(await _one(client, kind, make(task, item), None if predicate else golds[i % len(items)], task))
+                gold = None if predicate else golds[i % len(items)]
+                records.append(await _one(client, kind, make(task, item), gold, task))
 
         before = await engine_counters(client)
         began = time.perf_counter()

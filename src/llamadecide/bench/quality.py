@@ -58,13 +58,19 @@ class Dataset:
     test: int
 
 
-DATASETS = {
-    "agnews": Dataset(SHARED / "agnews" / "test.tsv", TASKS_DIR / "agnews.yaml", "0", "1", 500, 300),
-    "sst2": Dataset(SHARED / "sst2" / "dev.tsv", TASKS_DIR / "sst2.yaml", "sentence", "label", 500, 300),
-    "banking77": Dataset(SHARED / "banking77" / "test.csv", TASKS_DIR / "banking77.yaml", "text", "category", 1000, 300),
-    "banking77-phrases": Dataset(SHARED / "banking77" / "test.csv", TASKS_DIR / "banking77-phrases.yaml", "text",
-                                 "category", 1000, 300),
-}
+DATASETS = { "agnews": Dataset(SHARED /
+    "agnews" /
+    "test.tsv", TASKS_DIR /
+    "agnews.yaml", "0", "1", 500, 300), "sst2": Dataset(SHARED /
+    "sst2" /
+    "dev.tsv", TASKS_DIR /
+    "sst2.yaml", "sentence", "label", 500, 300), "banking77": Dataset(SHARED /
+    "banking77" /
+    "test.csv", TASKS_DIR /
+    "banking77.yaml", "text", "category", 1000, 300), "banking77-phrases": Dataset(SHARED /
+    "banking77" /
+    "test.csv", TASKS_DIR /
+     "banking77-phrases.yaml", "text", "category", 1000, 300), }
 TARGET = 0.9
 CONFIDENCE = 0.95
 
@@ -155,7 +161,8 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
         shots = f"{variant.shots}-shot" if variant.shots else ""
         fixed = [(shots or "zero-shot", Candidate("none", False))]
         if data.content_free is not None:
-            fixed.append((f"{shots}, prior-corrected" if shots else "prior-corrected", Candidate("none", False, prior_correction=True)))
+            fixed.append((f"{shots}, prior-corrected" if shots else "prior-corrected",
+                         Candidate("none", False, prior_correction=True)))
         for name, candidate in fixed:
             calibrator = fit_variant(candidate, data, cal_idx, y_cal)
             rows.append({"method": name, "variant": variant.label, "labels_used": variant.shots,
@@ -167,10 +174,25 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
         for features, with_lexical, name in ((LOGLIK_HIDDEN, False, "head"), (LOGLIK_HIDDEN, True, "head + lexical"),
                                              (HIDDEN_ONLY, False, "head, hidden state alone"),
                                              (HIDDEN_ONLY, True, "head, hidden state alone + lexical")):
-            mine = [r for r in heads if (r["mode"], r["rotations"], r["shots"], r["layout"], r["lexical"], r["features"])
-                    == (variant.mode, variant.rotations, variant.shots, variant.layout, with_lexical, features)]
+            mine = [
+    r for r in heads if (
+        r["mode"],
+        r["rotations"],
+        r["shots"],
+        r["layout"],
+        r["lexical"],
+        r["features"]) == (
+            variant.mode,
+            variant.rotations,
+            variant.shots,
+            variant.layout,
+            with_lexical,
+             features)]
             if mine:
-                rows.append(_fitted_row(name, min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
+                rows.append(
+    _fitted_row(
+        name, min(
+            mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
     best, _ = choose(results)
     rows.append(_fitted_row("chosen by CV", best, fitted, scored, cal_idx, test_idx, y))
     if nested:
@@ -271,9 +293,12 @@ def markdown(results: list[dict]) -> str:
         return "-" if value is None else fmt.format(value)
 
     for result in results:
-        out.append(f"**{result['dataset']}**, {result['model']}: {result['labelled']} labelled, {result['test']} test items "
+        out.append(f"**{result['dataset']}**, {result['model']}: {result['labelled']} labelled, {result['test']} test "
+                   f"items "
                    f"(seed {result['seed']})\n")
-        out.append(f"| method | variant | labels used | accuracy | macro-F1 | NLL | ECE | auto @ precision {TARGET} | their precision |")
+        out.append(
+            f"| method | variant | labels used | accuracy | macro-F1 | NLL | ECE | auto @ precision {TARGET} | their "
+            f"precision |")
         out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for row in result["rows"]:
             out.append(f"| {row['method']} | {row['variant']} | {row['labels_used']} | {f(row['accuracy'])} | "
@@ -297,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", nargs="+", default=list(PROMPT_FORMATS), choices=list(PROMPT_FORMATS),
                         help="prompt formats to measure (question-first ones zero-shot and many-shot)")
     parser.add_argument("--shots-per-class", type=int, nargs="*", default=[1],
-                        help="question-first many-shot: demonstrations per class in the shared prefix (none: zero-shot only)")
+                        help="question-first many-shot: demonstrations per class in the shared prefix (none: "
+                             "zero-shot only)")
     parser.add_argument("--max-rotated-options", type=int, default=8)
     parser.add_argument("--modes", nargs="+", default=["text", "labels"], choices=["text", "labels"],
                         help="scoring modes to measure (text alone halves the cost on many-option sets)")

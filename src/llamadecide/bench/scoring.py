@@ -101,7 +101,10 @@ def measure(engine: Engine, k: int, repeats: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="GGUF path or bundled model name (default: the default bundled model)")
+    parser.add_argument(
+    "--model",
+    default=None,
+     help="GGUF path or bundled model name (default: the default bundled model)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--n-gpu-layers", type=int, default=None)
     parser.add_argument("--flash-attn", action="store_true", help="use flash attention")
@@ -118,24 +121,37 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             print(json.dumps(row))
     else:
-        table = Table(title=f"scoring: {engine.model_name}, {engine.n_threads} threads, n_gpu_layers={engine.n_gpu_layers}"
+        table = Table(title=f"scoring: {engine.model_name}, {engine.n_threads} threads, "
+                            f"n_gpu_layers={engine.n_gpu_layers}"
                                 f"{', flash attention' if engine.config.flash_attn else ''}")
-        for column in ("K", "prompt tok", "answer tok", "prompt-only ms", "decision ms", "ratio", "warm ms", "naive ms", "vs naive"):
+        for column in ("K", "prompt tok", "answer tok", "prompt-only ms",
+                       "decision ms", "ratio", "warm ms", "naive ms", "vs naive"):
             table.add_column(column, justify="right")
         for r in rows:
-            table.add_row(
-                str(r["k"]), str(r["prompt_tokens"]), str(r["answer_tokens"]), f"{r['prompt_only_ms']:.1f}",
-                f"{r['decision_ms']:.1f}", f"{r['ratio']:.3f}", f"{r['warm_decision_ms']:.1f}", f"{r['naive_ms']:.1f}", f"{r['speedup_vs_naive']:.1f}x",
-            )
+            table.add_row( str(r["k"]),
+    str(r["prompt_tokens"]),
+    str(r["answer_tokens"]),
+    f"{r['prompt_only_ms']:.1f}",
+    f"{r['decision_ms']:.1f}",
+    f"{r['ratio']:.3f}",
+    f"{r['warm_decision_ms']:.1f}",
+    f"{r['naive_ms']:.1f}",
+    f"{r['speedup_vs_naive']:.1f}x",
+     )
         console = Console()
         console.print(table)
         for r in rows:
             if r["k"] == 5:
                 ok_ratio, ok_naive = r["ratio"] <= 1.25, r["speedup_vs_naive"] >= 3.0
-                console.print(f"K=5 target decision/prompt-only <= 1.25: {'met' if ok_ratio else 'NOT met'} ({r['ratio']:.3f})")
-                console.print(f"K=5 target naive/decision >= 3: {'met' if ok_naive else 'NOT met'} ({r['speedup_vs_naive']:.1f}x)")
+                console.print(
+                    f"K=5 target decision/prompt-only <= 1.25: {'met' if ok_ratio else 'NOT met'} ({r['ratio']:.3f})")
+                console.print(
+                    f"K=5 target naive/decision >= 3: {'met' if ok_naive else 'NOT met'} "
+                    f"({r['speedup_vs_naive']:.1f}x)")
                 ok_warm = r["warm_decision_ms"] < 2000
-                console.print(f"K=5 target warm decision < 2 s: {'met' if ok_warm else 'NOT met'} ({r['warm_decision_ms'] / 1000:.2f} s)")
+                console.print(
+                    f"K=5 target warm decision < 2 s: {'met' if ok_warm else 'NOT met'} "
+                    f"({r['warm_decision_ms'] / 1000:.2f} s)")
     return 0
 
 

@@ -33,7 +33,8 @@ class ServerProcess:
 
     def start(self, timeout: float = 300.0) -> ServerProcess:
         self._log = open(self.log_path, "wb")
-        command = self.command or [sys.executable, "-m", "llamadecide.cli.main", "serve", "--port", str(self.port), *self.args]
+        command = self.command or [sys.executable, "-m", "llamadecide.cli.main",
+            "serve", "--port", str(self.port), *self.args]
         self.process = subprocess.Popen(command, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -89,10 +89,10 @@ def wire_question(question: Question) -> dict[str, Any]:
     if question.type == "predicate":
         return {"type": "predicate", "instructions": question.instructions}
     if question.type == "score":
-        return {"type": "score", "instructions": question.instructions,
-                "levels": [{"label": o.text, **({"description": o.description} if o.description else {})} for o in question.options]}
-    return {"type": "choice", "instructions": question.instructions,
-            "choices": [{"value": o.value, **({"description": o.description} if o.description else {})} for o in question.options]}
+        return {"type": "score", "instructions": question.instructions, "levels": [
+            {"label": o.text, **({"description": o.description} if o.description else {})} for o in question.options]}
+    return {"type": "choice", "instructions": question.instructions, "choices": [
+        {"value": o.value, **({"description": o.description} if o.description else {})} for o in question.options]}
 
 
 def _logprobs_from_answer(answer: dict, question: Question) -> ItemScores:
@@ -147,7 +147,8 @@ class _RemoteBackend:
     def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
               demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION) -> ItemScores:
         if hidden:
-            raise LlamaDecideError(f"{self.description} does not expose hidden states; fit heads with the local backend")
+            raise LlamaDecideError(
+                f"{self.description} does not expose hidden states; fit heads with the local backend")
         if demonstrations:
             raise LlamaDecideError(f"{self.description} takes no demonstrations; fit k-shot with the local backend")
         if layout != PROMPT_FORMAT_VERSION:

@@ -55,11 +55,18 @@ def read_labelled(path: Path, *, text_column: str, label_column: str, header: bo
     if header is None:
         header = not (text_column.isdigit() and label_column.isdigit())
     with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+        reader = csv.reader(
+    handle,
+    delimiter=delimiter,
+     quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
         names = next(reader) if header else None
         for n, row in enumerate(reader):
             if row:
-                items.append(LabelledItem(str(n), _column(row, text_column, names, path), _column(row, label_column, names, path)))
+                items.append(
+    LabelledItem(
+        str(n), _column(
+            row, text_column, names, path), _column(
+                row, label_column, names, path)))
     return items
 
 
@@ -87,13 +94,23 @@ class Task:
             return predicate(self.instructions, name=self.name, true_description=self.descriptions[0],
                              false_description=self.descriptions[1], mode=chosen or "text")
         if self.type == "score":
-            return score(self.instructions, list(zip(self.options, self.descriptions)), name=self.name, mode=chosen or "labels")
-        return choice(self.instructions, list(zip(self.options, self.descriptions)), name=self.name, mode=chosen or "text")
+            return score(self.instructions, list(zip(self.options, self.descriptions)),
+                         name=self.name, mode=chosen or "labels")
+        return choice(self.instructions, list(zip(self.options, self.descriptions)),
+                      name=self.name, mode=chosen or "text")
 
     def gold_index(self, label: str) -> int:
         value = self.labels.get(label, label)
         if self.type == "predicate" and not isinstance(value, bool):
-            value = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}.get(str(value).lower(), value)
+            value = {
+    "true": True,
+    "false": False,
+    "1": True,
+    "0": False,
+    "yes": True,
+    "no": False}.get(
+        str(value).lower(),
+         value)
         for i, option in enumerate(self.options):
             if option == value and type(option) is type(value):
                 return i
@@ -101,12 +118,13 @@ class Task:
             for i in range(len(self.options)):
                 if str(i) == str(value):
                     return i
-        raise InvalidRequestError(f"data label {label!r} maps to {value!r}, which is not an option of task {self.name!r}; "
+        raise InvalidRequestError(f"data label {label!r} maps to {value!r}, which is not an option of task "
+                                  f"{self.name!r}; "
                                   "add it to the task's `labels` mapping")
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps([self.type, self.instructions, [str(o) for o in self.options], self.descriptions],
-                                         default=str).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps([self.type, self.instructions, [str(o)
+                              for o in self.options], self.descriptions], default=str).encode()).hexdigest()[:16]
 
 
 class _TaskLoader(yaml.SafeLoader):

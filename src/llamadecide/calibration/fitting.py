@@ -146,7 +146,8 @@ def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
     for train, held in splitter(L, y, 3, seed):
         inner = _fit_logistic(L[train], hidden[train], y[train], C=C, features=features)
         head_oof[held] = np.log(np.clip(inner.apply(L[held], None, hidden[held]), 1e-300, None))
-        lexical_oof[held] = _fit_lexical([texts[i] for i in train], y[train], k).log_probabilities([texts[i] for i in held])
+        lexical_oof[held] = _fit_lexical([texts[i] for i in train], y[train],
+                                         k).log_probabilities([texts[i] for i in held])
     w = minimize(lambda w: _nll(w[0] * head_oof + w[1] * lexical_oof, y), np.array([0.5, 0.5]), method="L-BFGS-B",
                  bounds=[(0.0, 5.0)] * 2).x
     return HeadCalibrator(head.weights, head.intercept, C, lexical, (float(w[0]), float(w[1])), features)
@@ -290,7 +291,8 @@ def fit_candidate(candidate: Candidate, L: np.ndarray, lengths: np.ndarray | Non
                prior=prior if candidate.prior_correction else None)
 
 
-def content_free_prior_for(candidate: Candidate, rows: np.ndarray | None, lengths: np.ndarray | None) -> np.ndarray | None:
+def content_free_prior_for(candidate: Candidate, rows: np.ndarray | None,
+                           lengths: np.ndarray | None) -> np.ndarray | None:
     """The prior a candidate subtracts: from the content-free rows, normalised the same way."""
     if rows is None or not candidate.prior_correction:
         return None
@@ -304,11 +306,21 @@ def cross_validated(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, ca
     calibration part."""
     def fold(split: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         train, held = split
-        calibrator = fit_candidate(candidate, L[train], None if lengths is None else lengths[train], y[train], prior=prior,
-                                   hidden=None if hidden is None else hidden[train],
-                                   texts=None if texts is None else [texts[i] for i in train])
-        P = calibrator.apply(L[held], None if lengths is None else lengths[held], None if hidden is None else hidden[held],
-                             None if texts is None else [texts[i] for i in held])
+        calibrator = fit_candidate(
+    candidate,
+    L[train],
+    None if lengths is None else lengths[train],
+    y[train],
+    prior=prior,
+    hidden=None if hidden is None else hidden[train],
+    texts=None if texts is None else [
+        texts[i] for i in train])
+        P = calibrator.apply(
+    L[held],
+    None if lengths is None else lengths[held],
+    None if hidden is None else hidden[held],
+    None if texts is None else [
+        texts[i] for i in held])
         return held_out_figures(P, y[held])
 
     splits = list(splitter(L, y, folds, seed))

@@ -56,11 +56,13 @@ def reliability(conf: np.ndarray, correct: np.ndarray, bins: int = 15,
             continue
         lower = edges[b] if edges is not None else float(conf[mask].min())
         upper = edges[b + 1] if edges is not None else float(conf[mask].max())
-        out.append(Bin(float(lower), float(upper), int(mask.sum()), float(conf[mask].mean()), float(correct[mask].mean())))
+        out.append(Bin(float(lower), float(upper), int(mask.sum()),
+                   float(conf[mask].mean()), float(correct[mask].mean())))
     return out
 
 
-def ece_from_conf(conf: np.ndarray, correct: np.ndarray, bins: int = 15, strategy: Literal["width", "mass"] = "width") -> float:
+def ece_from_conf(conf: np.ndarray, correct: np.ndarray, bins: int = 15,
+                  strategy: Literal["width", "mass"] = "width") -> float:
     n = len(conf)
     return float(sum(b.count / n * abs(b.accuracy - b.confidence) for b in reliability(conf, correct, bins, strategy)))
 

@@ -45,7 +45,8 @@ def risk_coverage_plot(curves: dict[str, np.ndarray], y: np.ndarray | dict[str, 
         coverage, risk = risk_coverage(P.max(1), P.argmax(1) == _labels(y, label))
         ax.plot(coverage, risk, color=color, label=f"{label} (AURC {risk.mean():.3f})")
     if threshold_coverage is not None:
-        ax.axvline(threshold_coverage, color="#555", linestyle=":", label=f"chosen threshold ({threshold_coverage:.0%} auto)")
+        ax.axvline(threshold_coverage, color="#555", linestyle=":",
+                   label=f"chosen threshold ({threshold_coverage:.0%} auto)")
     ax.set_xlabel("coverage (share answered automatically)")
     ax.set_ylabel("risk (error rate among them)")
     ax.set_xlim(0, 1)

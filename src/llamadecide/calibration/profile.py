@@ -76,7 +76,8 @@ class HeadParams(BaseModel):
             return Head(np.asarray(self.weights), np.asarray(self.intercept), features=self.features)
         expert = lexical.LexicalModel(tuple(self.lexical.vocabulary), np.asarray(self.lexical.idf),
                                       np.asarray(self.lexical.weights), np.asarray(self.lexical.intercept))
-        return Head(np.asarray(self.weights), np.asarray(self.intercept), expert, tuple(self.lexical.mix), self.features)
+        return Head(np.asarray(self.weights), np.asarray(self.intercept),
+                    expert, tuple(self.lexical.mix), self.features)
 
 
 class DemonstrationParams(BaseModel):
@@ -123,7 +124,8 @@ class CalibrationProfile(BaseModel):
             raise ValueError("the head has one row per option")
         if self.prior is not None and (not self.prior_correction or len(self.prior) != len(self.task["options"])):
             raise ValueError("a profile has one prior value per option, and only with prior correction")
-        if self.head is not None and self.head.lexical is not None and len(self.head.lexical.weights) != len(self.head.weights):
+        if self.head is not None and self.head.lexical is not None and len(
+            self.head.lexical.weights) != len(self.head.weights):
             raise ValueError("the head's lexical expert has one row per option")
         for demonstration in self.demonstrations or ():
             if not 0 <= demonstration.option < len(self.task["options"]):
@@ -137,7 +139,8 @@ class CalibrationProfile(BaseModel):
         '4-shot' or '4-shot, prior-corrected'."""
         method = self.method
         if self.head is not None:
-            method += (" (hidden state)" if self.head.features == "hidden-1" else "") + (" + lexical" if self.head.lexical else "")
+            method += (" (hidden state)" if self.head.features == "hidden-1" else "") + \
+                       (" + lexical" if self.head.lexical else "")
         shots = len(self.demonstrations or ())
         if not shots:
             return method
@@ -150,12 +153,12 @@ class CalibrationProfile(BaseModel):
             from llamadecide.decisions.rules import Demonstration
 
             head = self.head.build() if self.head else None
-            self._scoring = Scoring(temperature=self.temperature, length_normalize=self.length_normalize,
-                                    bias=tuple(self.bias) if self.bias else None, prior_correction=self.prior_correction,
-                                    prior=tuple(self.prior) if self.prior is not None else None,
-                                    rotations=self.rotations, head=head,
-                                    demonstrations=tuple(Demonstration(d.input, d.option) for d in self.demonstrations or ()),
-                                    layout=self.prompt_format)
+            self._scoring = Scoring(
+    temperature=self.temperature, length_normalize=self.length_normalize, bias=tuple(
+        self.bias) if self.bias else None, prior_correction=self.prior_correction, prior=tuple(
+            self.prior) if self.prior is not None else None, rotations=self.rotations, head=head, demonstrations=tuple(
+                Demonstration(
+                    d.input, d.option) for d in self.demonstrations or ()), layout=self.prompt_format)
         return self._scoring
 
     def save(self, path: Path) -> None:

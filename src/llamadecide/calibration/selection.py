@@ -84,7 +84,8 @@ def _cross_validated(data: VariantScores, candidate: Candidate, held_out: np.nda
         train = np.setdiff1d(fit_on, held_out[held])
         calibrator = fit_candidate(candidate, data.L[train], None if data.lengths is None else data.lengths[train],
                                    np.array([y_of[int(i)] for i in train]), prior=prior,
-                                   hidden=None if data.hidden is None else data.hidden[train], texts=_texts(data, train))
+                                   hidden=None if data.hidden is None else data.hidden[train],
+                                   texts=_texts(data, train))
         P = apply_variant(calibrator, data, held_out[held])
         return held_out_figures(P, y_held[held])
 
@@ -147,7 +148,8 @@ def public(result: dict) -> dict:
     return {k: v for k, v in result.items() if k != "cv_losses"}
 
 
-def fit_variant(candidate: Candidate, data: VariantScores, idx: np.ndarray, y: np.ndarray) -> Calibrator | HeadCalibrator:
+def fit_variant(candidate: Candidate, data: VariantScores, idx: np.ndarray,
+                y: np.ndarray) -> Calibrator | HeadCalibrator:
     prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
     return fit_candidate(candidate, data.L[idx], None if data.lengths is None else data.lengths[idx], y, prior=prior,
                          hidden=None if data.hidden is None else data.hidden[idx], texts=_texts(data, idx))

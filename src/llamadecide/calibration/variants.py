@@ -82,7 +82,8 @@ def plan_scoring(variants: list[Variant], costs: dict[Variant, tuple[float, floa
         return Plan({v: used for v in variants}, (), int(sum(costs[v][0] for v in variants) * n))
     m = min(n, min_answered)
     rng = np.random.default_rng(seed)
-    answered = np.sort(np.concatenate([rng.permutation(part)[: max(1, round(m * len(part) / n))] for part in split_parts]))
+    answered = np.sort(np.concatenate(
+        [rng.permutation(part)[: max(1, round(m * len(part) / n))] for part in split_parts]))
     options: dict[Variant, tuple[float, bool]] = {}  # variant -> (cost, answers on the subsample only)
     for v in variants:
         everything = costs[v][0] * n
@@ -174,8 +175,11 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
     `config.row_budget` (`plan_scoring`): variants it cannot afford are left out, answers may be scored
     on a subsample (`VariantScores.answered`) and hidden states alone on every item."""
     want_hidden = config.head and backend.supports_hidden
-    variants = [v for v in variants_for(task, config, demonstrations=backend.supports_demonstrations and pool is not None)
-                if want_hidden or not v.hidden_only]
+    variants = [
+    v for v in variants_for(
+        task,
+        config,
+         demonstrations=backend.supports_demonstrations and pool is not None) if want_hidden or not v.hidden_only]
     head_only = [v for v in variants if v.hidden_only]  # hidden states on every item, never answers
     hidden_variant: dict[Variant, bool] = {}
     prompts_with_hidden: set[tuple[str, int, str]] = set()
@@ -284,10 +288,18 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
         complete = len(plan.answered[variant]) == len(used)
         answered = np.zeros(len(items), dtype=bool)
         answered[plan.answered[variant]] = True
-        scored[variant] = VariantScores(L[variant], lengths[variant], variant_hidden, content_free, demonstrations[variant],
-                                        texts if variant_hidden is not None and config.lexical else None,
-                                        tuple(shown[variant]), None if complete else answered,
-                                        None if complete else hidden_mask.get(key), served_rows=costs.get(variant))
+        scored[variant] = VariantScores(
+    L[variant],
+    lengths[variant],
+    variant_hidden,
+    content_free,
+    demonstrations[variant],
+    texts if variant_hidden is not None and config.lexical else None,
+    tuple(
+        shown[variant]),
+        None if complete else answered,
+        None if complete else hidden_mask.get(key),
+         served_rows=costs.get(variant))
     for variant in head_only:
         key = (variant.mode, variant.shots, variant.layout)
         scored[variant] = VariantScores(L[variant], None, hidden.get(key), None, (), texts if config.lexical else None,

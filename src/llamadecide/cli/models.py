@@ -41,5 +41,6 @@ def models_command(
     for row in rows:
         size = f"{row['size_bytes'] / 2**20:.0f} MiB" if row["size_bytes"] else "-"
         name = row["name"] + (" (default)" if row["default"] else "")
-        table.add_row(*(escape(cell) for cell in (name, row["kind"], size, row["licence"], row["state"], row["install"])))
+        table.add_row(*(escape(cell)
+                      for cell in (name, row["kind"], size, row["licence"], row["state"], row["install"])))
     wide_console(160).print(table)

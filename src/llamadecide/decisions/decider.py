@@ -99,7 +99,8 @@ class Decider:
             if needed > self.engine.max_sequence:  # what cannot fit is refused before any work
                 raise ContextOverflowError(f"question {describe(question)}: the prompt with its longest answer needs "
                                            f"{needed} tokens but the context holds {self.engine.n_ctx} (of which "
-                                           f"{self.engine.max_sequence} for a prompt with its answer; shorten the input "
+                                           f"{self.engine.max_sequence} for a prompt with its answer; shorten the "
+                                           f"input "
                                            "or the options, or raise n_ctx)", param="questions")
             how = evaluation(rule, self.epsilon)
             if how is Evaluation.HIDDEN_ONLY:
@@ -141,8 +142,11 @@ class Decider:
                     reused = self.engine.last_reused_tokens
                 totals.append(OptionTotals(None, first.answer_lengths, states[key]))
             else:
-                trie = self.engine.score_trie(plan.prefix, plan.continuations, hidden=hidden or plan.rule.head is not None,
-                                              epsilon=self.epsilon if plan.how is Evaluation.BOUNDED else 0.0)
+                trie = self.engine.score_trie(
+    plan.prefix,
+    plan.continuations,
+    hidden=hidden or plan.rule.head is not None,
+     epsilon=self.epsilon if plan.how is Evaluation.BOUNDED else 0.0)
                 reused = trie.cached_tokens
                 totals.append(self._combine(plan, trie))
             cached += max(0, reused - max(common_prefix([previous, plan.held]), fresh.get(id(plan), 0)))
@@ -319,8 +323,13 @@ class Decider:
         pinned = len(self.tokens.pinned_prefix(question, rule, prompt))
         return plan.work.rows - pinned, len(prompt) - pinned, pinned
 
-    def content_free_scores(self, question: Question, *, rotations: int = 1, demonstrations: Sequence[Demonstration] = (),
-                            layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray]:
+    def content_free_scores(self,
+    question: Question,
+    *,
+    rotations: int = 1,
+    demonstrations: Sequence[Demonstration] = (),
+    layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray,
+     np.ndarray]:
         """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
         that carry no content (after the same demonstrations, if any), from an empty KV cache."""
         rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)

@@ -109,7 +109,8 @@ def build_messages(state_text: str, question: Question, demonstrations: Sequence
         if demonstrations:
             raise InvalidRequestError(f"{INPUT_ONLY!r} shows the input alone: it takes no demonstrations",
                                       param="prompt_format")
-        return [{"role": "system", "content": INPUT_ONLY_SYSTEM_PROMPT}, {"role": "user", "content": f"Input:\n{state_text}"}]
+        return [{"role": "system", "content": INPUT_ONLY_SYSTEM_PROMPT},
+            {"role": "user", "content": f"Input:\n{state_text}"}]
     if layout in QUESTION_FIRST_FORMATS:
         return _question_first(state_text, question, demonstrations, recap_answers=layout == QUESTION_FIRST,
                                options=layout != INSTRUCTIONS_ONLY)

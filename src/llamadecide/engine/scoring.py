@@ -31,7 +31,8 @@ def max_sequence(n_ctx: int) -> int:
 def check_fits(n_ctx: int, n_tokens: int, what: str) -> None:
     if n_tokens > max_sequence(n_ctx):
         raise ContextOverflowError(f"{what} needs {n_tokens} tokens but the context holds {n_ctx} (of which "
-                                   f"{max_sequence(n_ctx)} for a prompt with its answer; shorten the input or raise n_ctx)",
+                                   f"{max_sequence(n_ctx)} for a prompt with its answer; shorten the input or raise "
+                                   f"n_ctx)",
                                    param="input")
 
 

@@ -106,7 +106,8 @@ class Deployer:
         if not spec.role_arn or not spec.role_arn.startswith("arn:"):
             raise DeployError("an execution role ARN is required (--role arn:aws:iam::ACCOUNT:role/NAME)")
         if not spec.image_uri:
-            raise DeployError("a container image URI is required (--image ACCOUNT.dkr.ecr.REGION.amazonaws.com/llamadecide:TAG)")
+            raise DeployError(
+                "a container image URI is required (--image ACCOUNT.dkr.ecr.REGION.amazonaws.com/llamadecide:TAG)")
         if not spec.model_data_url.startswith("s3://"):
             raise DeployError("the model data must be an s3:// URL of model.tar.gz")
         if spec.instance_count < 1:
@@ -118,17 +119,26 @@ class Deployer:
         self._call("upload to S3", self.s3.upload_file, Filename=str(archive), Bucket=bucket, Key=key)
         return f"s3://{bucket}/{key}"
 
-    def create(self, spec: EndpointSpec, *, wait: bool = True, timeout_s: float = 1800, smoke_test: bool = True) -> dict:
+    def create(self, spec: EndpointSpec, *, wait: bool = True,
+               timeout_s: float = 1800, smoke_test: bool = True) -> dict:
         self._check(spec)
         model_name, config_name = f"{spec.name}-model", f"{spec.name}-config"
         self._call("create model", self.sagemaker.create_model, ModelName=model_name, ExecutionRoleArn=spec.role_arn,
                    PrimaryContainer={"Image": spec.image_uri, "ModelDataUrl": spec.model_data_url,
                                      "Environment": dict(spec.environment)})
-        self._call("create endpoint configuration", self.sagemaker.create_endpoint_config, EndpointConfigName=config_name,
-                   ProductionVariants=[{"VariantName": spec.variant, "ModelName": model_name,
-                                        "InstanceType": spec.instance_type, "InitialInstanceCount": spec.instance_count,
-                                        "ContainerStartupHealthCheckTimeoutInSeconds": spec.startup_timeout_s}])
-        self._call("create endpoint", self.sagemaker.create_endpoint, EndpointName=spec.name, EndpointConfigName=config_name)
+        self._call("create endpoint configuration",
+    self.sagemaker.create_endpoint_config,
+    EndpointConfigName=config_name,
+    ProductionVariants=[{"VariantName": spec.variant,
+    "ModelName": model_name,
+    "InstanceType": spec.instance_type,
+    "InitialInstanceCount": spec.instance_count,
+     "ContainerStartupHealthCheckTimeoutInSeconds": spec.startup_timeout_s}])
+        self._call(
+    "create endpoint",
+    self.sagemaker.create_endpoint,
+    EndpointName=spec.name,
+     EndpointConfigName=config_name)
         result = {"endpoint": spec.name, "model": model_name, "endpoint_config": config_name, "status": "Creating"}
         if wait:
             result["status"] = self.wait(spec.name, timeout_s=timeout_s)
@@ -150,8 +160,8 @@ class Deployer:
             self.sleep(self.poll_seconds)
 
     def smoke_test(self, endpoint: str) -> dict:
-        body = {"model": "default", "input": "I was charged twice for my subscription.",
-                "questions": [{"type": "choice", "instructions": "Which team?", "choices": [{"value": "billing"}, {"value": "support"}]}]}
+        body = {"model": "default", "input": "I was charged twice for my subscription.", "questions": [
+            {"type": "choice", "instructions": "Which team?", "choices": [{"value": "billing"}, {"value": "support"}]}]}
         response = self._call("invoke endpoint", self.runtime.invoke_endpoint, EndpointName=endpoint,
                               ContentType="application/json", Accept="application/json",
                               CustomAttributes="route=/v1/decisions", Body=json.dumps(body).encode())
@@ -168,19 +178,41 @@ class Deployer:
             raise DeployError("the target invocations per instance must be positive")
         resource = f"endpoint/{endpoint}/variant/{variant}"
         dimension = "sagemaker:variant:DesiredInstanceCount"
-        self._call("register scalable target", self.autoscaling.register_scalable_target, ServiceNamespace="sagemaker",
-                   ResourceId=resource, ScalableDimension=dimension, MinCapacity=min_instances, MaxCapacity=max_instances)
-        policy = self._call("put scaling policy", self.autoscaling.put_scaling_policy, PolicyName=f"{endpoint}-invocations",
-                            ServiceNamespace="sagemaker", ResourceId=resource, ScalableDimension=dimension,
-                            PolicyType="TargetTrackingScaling",
-                            TargetTrackingScalingPolicyConfiguration={
-                                "TargetValue": float(invocations_per_instance),
-                                "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
-                                "ScaleInCooldown": scale_in_cooldown, "ScaleOutCooldown": scale_out_cooldown})
+        self._call(
+    "register scalable target",
+    self.autoscaling.register_scalable_target,
+    ServiceNamespace="sagemaker",
+    ResourceId=resource,
+    ScalableDimension=dimension,
+    MinCapacity=min_instances,
+     MaxCapacity=max_instances)
+        policy = self._call(
+    "put scaling policy",
+    self.autoscaling.put_scaling_policy,
+    PolicyName=f"{endpoint}-invocations",
+    ServiceNamespace="sagemaker",
+    ResourceId=resource,
+    ScalableDimension=dimension,
+    PolicyType="TargetTrackingScaling",
+    TargetTrackingScalingPolicyConfiguration={
+        "TargetValue": float(invocations_per_instance),
+        "PredefinedMetricSpecification": {
+            "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+            "ScaleInCooldown": scale_in_cooldown,
+             "ScaleOutCooldown": scale_out_cooldown})
         return {"resource": resource, "policy_arn": policy.get("PolicyARN")}
 
-    def batch(self, *, job_name: str, model_name: str, input_s3: str, output_s3: str, instance_type: str = "ml.c5.xlarge",
-              instance_count: int = 1, max_payload_mb: int = 1, timeout_s: int = 3600) -> dict:
+    def batch(
+    self,
+    *,
+    job_name: str,
+    model_name: str,
+    input_s3: str,
+    output_s3: str,
+    instance_type: str = "ml.c5.xlarge",
+    instance_count: int = 1,
+    max_payload_mb: int = 1,
+     timeout_s: int = 3600) -> dict:
         """Offline bulk decisions: JSON Lines files in S3, one decision body per line. SageMaker sends
         /invocations as many whole lines as fit `max_payload_mb` at once (MultiRecord; 1 MB, the
         least it takes, is well under the server's 6 MB body limit), the server decides them in
@@ -189,13 +221,30 @@ class Deployer:
         (SageMaker's most: one hour)."""
         if not (input_s3.startswith("s3://") and output_s3.startswith("s3://")):
             raise DeployError("batch input and output must be s3:// URLs")
-        self._call("create transform job", self.sagemaker.create_transform_job, TransformJobName=job_name, ModelName=model_name,
-                   BatchStrategy="MultiRecord", MaxPayloadInMB=max_payload_mb,
-                   ModelClientConfig={"InvocationsTimeoutInSeconds": timeout_s, "InvocationsMaxRetries": 1},
-                   TransformInput={"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": input_s3}},
-                                   "ContentType": "application/jsonlines", "SplitType": "Line"},
-                   TransformOutput={"S3OutputPath": output_s3, "Accept": "application/jsonlines", "AssembleWith": "Line"},
-                   TransformResources={"InstanceType": instance_type, "InstanceCount": instance_count})
+        self._call(
+    "create transform job",
+    self.sagemaker.create_transform_job,
+    TransformJobName=job_name,
+    ModelName=model_name,
+    BatchStrategy="MultiRecord",
+    MaxPayloadInMB=max_payload_mb,
+    ModelClientConfig={
+        "InvocationsTimeoutInSeconds": timeout_s,
+        "InvocationsMaxRetries": 1},
+        TransformInput={
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": input_s3}},
+                    "ContentType": "application/jsonlines",
+                    "SplitType": "Line"},
+                    TransformOutput={
+                        "S3OutputPath": output_s3,
+                        "Accept": "application/jsonlines",
+                        "AssembleWith": "Line"},
+                        TransformResources={
+                            "InstanceType": instance_type,
+                             "InstanceCount": instance_count})
         return {"job": job_name, "output": output_s3}
 
     def delete(self, endpoint: str) -> list[str]:
@@ -210,9 +259,10 @@ class Deployer:
             except ClientError:
                 config, model = f"{endpoint}-config", f"{endpoint}-model"
             removed: list[str] = []
-            for what, fn, key, name in (("endpoint", self.sagemaker.delete_endpoint, "EndpointName", endpoint),
-                                        ("endpoint config", self.sagemaker.delete_endpoint_config, "EndpointConfigName", config),
-                                        ("model", self.sagemaker.delete_model, "ModelName", model)):
+            sm = self.sagemaker
+            for what, fn, key, name in (("endpoint", sm.delete_endpoint, "EndpointName", endpoint),
+                                        ("endpoint config", sm.delete_endpoint_config, "EndpointConfigName", config),
+                                        ("model", sm.delete_model, "ModelName", model)):
                 if name is None:
                     continue
                 try:

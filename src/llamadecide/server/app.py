@@ -66,12 +66,19 @@ class Runtime:
             profiles = store.get
             self.profile_store = store
             log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
-        decisions = DecisionServing(Decider(engine, epsilon=self.settings.answer_epsilon), model_name=name, max_questions=self.settings.max_questions,
-                                    max_options=self.settings.max_options, model_sha256=lambda: engine.model_sha256,
-                                    profiles=profiles, systemone_extensions=self.settings.systemone_extensions,
-                                    max_request_rows=self.settings.max_request_rows,
-                                    max_rotations=self.settings.max_rotations,
-                                    on_batch=self.metrics.batch_decisions.observe)
+        decisions = DecisionServing(
+    Decider(
+        engine,
+        epsilon=self.settings.answer_epsilon),
+        model_name=name,
+        max_questions=self.settings.max_questions,
+        max_options=self.settings.max_options,
+        model_sha256=lambda: engine.model_sha256,
+        profiles=profiles,
+        systemone_extensions=self.settings.systemone_extensions,
+        max_request_rows=self.settings.max_request_rows,
+        max_rotations=self.settings.max_rotations,
+         on_batch=self.metrics.batch_decisions.observe)
         chat = ChatServing(engine, self.scheduler, model_name=name, max_tokens=self.settings.max_tokens)
         self.services = Services(engine, name, decisions, chat)
 
@@ -94,7 +101,8 @@ def fits_context(decider: Decider, profile, engine: Engine) -> str | None:
         return f"its question cannot be asked: {exc}"
     if needed + MIN_INPUT_TOKENS > engine.max_sequence:
         return (f"its prompt and answers need {needed} tokens before any input (a pinned prefix of {pinned}); with "
-                f"room for a {MIN_INPUT_TOKENS}-token input that is more than this context holds ({engine.max_sequence}): "
+                f"room for a {MIN_INPUT_TOKENS}-token input that is more than this context holds "
+                f"({engine.max_sequence}): "
                 f"raise n_ctx to at least {needed + MIN_INPUT_TOKENS + engine.n_ctx - engine.max_sequence}")
     if pinned:
         log.info("profile %s pins a %d-token question prefix (%d of %d context tokens left for its inputs)",

@@ -39,7 +39,9 @@ def _message_text(content: Any, where: str) -> str:
         if kind == "text":
             texts.append(str(part.get("text", "")))
         elif kind in ("image_url", "input_image", "input_audio", "file"):
-            raise UnsupportedError(f"{kind} content is not supported: this server runs a text-only model", param=f"{where}[{j}]")
+            raise UnsupportedError(
+    f"{kind} content is not supported: this server runs a text-only model",
+     param=f"{where}[{j}]")
         else:
             raise InvalidRequestError(f"unknown content part type {kind!r}", param=f"{where}[{j}]")
     return "".join(texts)
@@ -66,7 +68,8 @@ class ChatServing:
             raise InvalidRequestError(f"max_tokens may be at most {self.max_tokens}", param="max_tokens")
         room = self.engine.n_ctx - prompt_len
         if room < 1:
-            raise InvalidRequestError(f"the prompt has {prompt_len} tokens and fills the {self.engine.n_ctx}-token context",
+            raise InvalidRequestError(f"the prompt has {prompt_len} tokens and fills the {self.engine.n_ctx}-token "
+                                      f"context",
                                       param="messages")
         stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
         if len(stop) > 16:
@@ -96,8 +99,8 @@ class ChatServing:
         self._unknown_fields(request)
         if request.tools:
             raise UnsupportedError("tool calling is not supported", param="tools")
-        messages = [{"role": "system" if m.role == "developer" else m.role,
-                     "content": _message_text(m.content, f"messages[{i}].content")} for i, m in enumerate(request.messages)]
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": _message_text(
+            m.content, f"messages[{i}].content")} for i, m in enumerate(request.messages)]
         prompt = self.engine.tokenize_prompt(self.engine.render_chat(messages))
         grammar = None
         if request.response_format and request.response_format.type == "json_object":
@@ -233,9 +236,10 @@ class ChatServing:
                                   "finish_reason": generated.result.finish_reason if generated.result else "stop"}
         if params.logprobs:
             entries = [self._logprob_entry(t) for t in generated.tokens if t.token >= 0]
-            choice["logprobs"] = {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-                                  "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
-                                  "text_offset": []}
+            choice["logprobs"] = {"tokens": [e["token"] for e in entries],
+    "token_logprobs": [e["logprob"] for e in entries],
+    "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+     "text_offset": []}
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": self.model_name, "choices": [choice], "usage": self._usage(generated.result)}
 
@@ -243,9 +247,11 @@ class ChatServing:
                        include_usage: bool) -> AsyncIterator[bytes]:
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
-        def chunk(delta: dict, finish: str | None = None, logprobs: Any = None, usage: Any = None, choices: bool = True) -> bytes:
-            body: dict[str, Any] = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": self.model_name,
-                                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}] if choices else []}
+        def chunk(delta: dict, finish: str | None = None, logprobs: Any = None,
+                  usage: Any = None, choices: bool = True) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+            body: dict[str, Any] = {"id": ident, "object": "chat.completion.chunk", "created": created,
+                                    "model": self.model_name, "choices": [choice] if choices else []}
             if usage is not None:
                 body["usage"] = usage
             return f"data: {json.dumps(body)}\n\n".encode()

@@ -123,10 +123,14 @@ class DecisionServing:
 
     def _limits(self, count: int, option_counts: Sequence[int]) -> None:
         if count > self.max_questions:
-            raise InvalidRequestError(f"at most {self.max_questions} questions per request, got {count}", param="questions")
+            raise InvalidRequestError(
+    f"at most {self.max_questions} questions per request, got {count}",
+     param="questions")
         for i, n in enumerate(option_counts):
             if n > self.max_options:
-                raise InvalidRequestError(f"at most {self.max_options} options per question, got {n}", param=f"questions[{i}]")
+                raise InvalidRequestError(
+    f"at most {self.max_options} options per question, got {n}",
+     param=f"questions[{i}]")
 
     def _profile(self, extension: Extension | None):
         """The named calibration profile; it fixes the scoring mode, so it is resolved first."""
@@ -143,8 +147,9 @@ class DecisionServing:
             raise InvalidRequestError(f"profile {profile.name!r} was fitted without length normalisation",
                                       param="llamadecide.length_normalize")
         if extension.prior_correction and not profile.prior_correction:
-            raise InvalidRequestError(f"profile {profile.name!r} was fitted without prior correction ({profile.method})",
-                                      param="llamadecide.prior_correction")
+            raise InvalidRequestError(
+    f"profile {profile.name!r} was fitted without prior correction ({profile.method})",
+     param="llamadecide.prior_correction")
         if extension.rotations != 1 and extension.rotations != profile.rotations:
             raise InvalidRequestError(f"profile {profile.name!r} was fitted with {profile.rotations} rotation(s)",
                                       param="llamadecide.rotations")
@@ -158,7 +163,8 @@ class DecisionServing:
 
     def _scoring(self, extension: Extension | None, profile, questions: list[Question]) -> Scoring:
         if extension is not None and extension.rotations > self.max_rotations:
-            raise InvalidRequestError(f"at most {self.max_rotations} rotations (max_rotations), got {extension.rotations}",
+            raise InvalidRequestError(f"at most {self.max_rotations} rotations (max_rotations), got "
+                                      f"{extension.rotations}",
                                       param="llamadecide.rotations")
         if profile is None:
             if extension is None:
@@ -166,13 +172,15 @@ class DecisionServing:
             return Scoring(length_normalize=extension.length_normalize, prior_correction=extension.prior_correction,
                            rotations=extension.rotations)
         for question in questions:
-            values = [o.text for o in question.options] if question.type == "score" else [o.value for o in question.options]
+            values = [
+    o.text for o in question.options] if question.type == "score" else [
+        o.value for o in question.options]
             profile.check_options(question.type, values)
         return profile.scoring()
 
     def prepare_openai(self, request: oa.DecisionRequest) -> Prepared:
-        counts = [len(q.choices) if isinstance(q, oa.ChoiceQuestion) else len(q.levels) if isinstance(q, oa.ScoreQuestion) else 2
-                  for q in request.questions]
+        counts = [len(q.choices) if isinstance(q, oa.ChoiceQuestion) else len(q.levels)
+                      if isinstance(q, oa.ScoreQuestion) else 2 for q in request.questions]
         self._limits(len(request.questions), counts)
         ext = request.llamadecide
         profile = self._profile(ext)
@@ -190,13 +198,15 @@ class DecisionServing:
             else:
                 levels = [(lv.label, lv.description) for lv in q.levels]
                 questions.append(_named(where, score, text, levels, name=q.name, mode=mode or "labels"))
-        return Prepared(state, questions, [q.name for q in request.questions], self._scoring(ext, profile, questions), ext, profile)
+        return Prepared(state, questions, [q.name for q in request.questions],
+                        self._scoring(ext, profile, questions), ext, profile)
 
     def prepare_systemone(self, request: so.SystemOneRequest) -> tuple[Prepared, list[str], dict[str, list]]:
         if request.images or request.assets:
             raise UnsupportedError("image input is not supported: this server runs a text-only model", param="images")
         ids = list(request.questions)
-        counts = [len(q.criteria) if isinstance(q, (so.ChoiceQuestion, so.ScoreQuestion)) else 2 for q in request.questions.values()]
+        counts = [len(q.criteria) if isinstance(q, (so.ChoiceQuestion, so.ScoreQuestion))
+                      else 2 for q in request.questions.values()]
         self._limits(len(ids), counts)
         ext = request.llamadecide
         profile = self._profile(ext)
@@ -206,7 +216,9 @@ class DecisionServing:
         for qid, q in request.questions.items():
             where = f"questions.{qid}"
             if isinstance(q, so.BoxQuestion):
-                raise UnsupportedError("box questions locate things in images; this server runs a text-only model", param=where)
+                raise UnsupportedError(
+    "box questions locate things in images; this server runs a text-only model",
+     param=where)
             text = content_text(q.instructions) if q.instructions is not None else None
             if isinstance(q, so.NoulQuestion):
                 criteria = q.criteria or so.NoulCriteria()
@@ -249,7 +261,8 @@ class DecisionServing:
         if profile is not None:
             fields["profile"] = profile.name
             fields["method"] = profile.method_label
-        threshold = ext.threshold if ext and ext.threshold is not None else (profile.threshold if profile is not None else None)
+        threshold = ext.threshold if ext and ext.threshold is not None else (
+            profile.threshold if profile is not None else None)
         if threshold is not None:
             fields["action"] = "auto" if answer.confidence >= threshold else "escalate"
             fields["threshold"] = threshold
@@ -286,11 +299,17 @@ class DecisionServing:
             body.update(self._extension_fields(answer, prepared))
             answers.append(body)
         formats = sorted({answer.prompt_format for answer in decision.answers}) or [PROMPT_FORMAT_VERSION]
-        return {"object": "decision", "model": self.model_name, "answers": answers, "usage": self._usage_openai(decision),
-                "llamadecide": {"model_sha256": self.model_sha256(),
-                                "prompt_format": formats[0] if len(formats) == 1 else formats}}
+        return {
+    "object": "decision",
+    "model": self.model_name,
+    "answers": answers,
+    "usage": self._usage_openai(decision),
+    "llamadecide": {
+        "model_sha256": self.model_sha256(),
+         "prompt_format": formats[0] if len(formats) == 1 else formats}}
 
-    def format_systemone(self, prepared: Prepared, ids: list[str], legends: dict[str, list], decision: Decision) -> dict[str, Any]:
+    def format_systemone(self, prepared: Prepared, ids: list[str],
+                         legends: dict[str, list], decision: Decision) -> dict[str, Any]:
         answers: dict[str, Any] = {}
         for qid, answer in zip(ids, decision.answers):
             if answer.question.type == "predicate":

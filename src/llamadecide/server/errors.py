@@ -42,7 +42,12 @@ STATUS_TABLE: list[tuple[type[LlamaDecideError], int, str, str | None]] = [
     (RequestTimeoutError, 504, "timeout_error", "request_timeout"),
     (ModelLoadError, 503, "unavailable_error", "model_not_ready"),
 ]
-HTTP_TYPES = {401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large", 503: "unavailable_error"}
+HTTP_TYPES = {
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+     503: "unavailable_error"}
 
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:
@@ -143,7 +148,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = "no such route" if exc.status_code == 404 else str(exc.detail)
-        return for_route(request, error_response(exc.status_code, message, HTTP_TYPES.get(exc.status_code, "invalid_request_error")))
+        return for_route(request, error_response(exc.status_code, message,
+                         HTTP_TYPES.get(exc.status_code, "invalid_request_error")))
 
     @app.exception_handler(Exception)
     async def _fallback(request: Request, exc: Exception) -> JSONResponse:

@@ -15,7 +15,8 @@ ROUTES = {"/v1/chat/completions", "/v1/completions", "/v1/decisions", "/v1/syste
 
 ENGINE_COUNTERS = {  # Engine.counters key -> (metric name without _total, help)
     "decode_calls": ("llamadecide_engine_decode_calls", "llama_decode calls since the model loaded"),
-    "rows": ("llamadecide_engine_rows", "Batch rows evaluated for requests since the model loaded (scratch rows apart)"),
+    "rows": ("llamadecide_engine_rows",
+             "Batch rows evaluated for requests since the model loaded (scratch rows apart)"),
     "padding_rows": ("llamadecide_engine_padding_rows",
                      "Scratch rows evaluated to pad small calls to a deterministic shape since the model loaded"),
 }
@@ -43,7 +44,10 @@ class Metrics:
         self.tokens = Counter("llamadecide_tokens", "Tokens processed", ["kind"], registry=self.registry)
         self.errors = Counter("llamadecide_errors", "Error responses by type", ["type"], registry=self.registry)
         self.answers = Counter("llamadecide_answers", "Decision answers", ["type"], registry=self.registry)
-        self.queue = Gauge("llamadecide_queue_depth", "Requests waiting for or using the engine", registry=self.registry)
+        self.queue = Gauge(
+    "llamadecide_queue_depth",
+    "Requests waiting for or using the engine",
+     registry=self.registry)
         self.queue.set_function(depth)
         self.batch_decisions = Histogram("llamadecide_engine_batch_decisions",
                                          "Decisions served by one shared engine run", registry=self.registry,

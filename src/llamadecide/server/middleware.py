@@ -75,12 +75,14 @@ class BodyMiddleware:
             try:
                 body = self._inflate(body)
             except _TooLarge:
-                await refuse(413, "request_too_large", f"the decompressed body is larger than {self.max_body_bytes} bytes")
+                await refuse(413, "request_too_large", f"the decompressed body is larger than {self.max_body_bytes} "
+                                                       f"bytes")
                 return
             except zstandard.ZstdError as exc:
                 await refuse(400, "invalid_request_error", f"the zstd body cannot be decompressed: {exc}")
                 return
-            scope["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() not in (b"content-encoding", b"content-length")]
+            scope["headers"] = [(k, v) for k, v in scope["headers"] if k.lower()
+                                 not in (b"content-encoding", b"content-length")]
             scope["headers"].append((b"content-length", str(len(body)).encode()))
         elif encoding not in ("identity", ""):
             await refuse(415, "invalid_request_error", f"unsupported Content-Encoding {encoding!r}; use zstd")
@@ -117,7 +119,8 @@ class BodyMiddleware:
             body["detail"] = {"error_type": type_, "message": message}  # TypeSafe's shape, as errors.for_route
         payload = json.dumps(body).encode()
         await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
 
 
@@ -153,7 +156,8 @@ def unusable_json(body: bytes) -> tuple[str, str | None] | None:
             for key, item in value.items():
                 path = f"{where}.{key}" if where else key
                 if _SURROGATE.search(key):
-                    return f"{_printable(path)}: a key holds a lone UTF-16 surrogate, which is not text", _printable(path)
+                    where = _printable(path)
+                    return f"{where}: a key holds a lone UTF-16 surrogate, which is not text", where
                 stack.append((item, path, depth + 1))
         elif isinstance(value, list):
             stack.extend((item, f"{where}.{i}" if where else str(i), depth + 1) for i, item in enumerate(value))

@@ -33,11 +33,20 @@ def record_decision(request: Request, route: str, prepared: Prepared, decision: 
         runtime.metrics.answers.labels(answer.question.type).inc()
     if runtime.problog:
         try:
-            runtime.problog.write(request_id=request.scope["state"]["request_id"], route=route, model=services.model_name,
-                                  model_sha256=services.engine.model_sha256, answers=decision.answers,
-                                  seconds=decision.seconds, names=prepared.names, state=prepared.state,
-                                  usage={"input_tokens": decision.prompt_tokens,
-                                         "cached_tokens": decision.extra.get("cached_tokens", 0)})
+            runtime.problog.write(
+    request_id=request.scope["state"]["request_id"],
+    route=route,
+    model=services.model_name,
+    model_sha256=services.engine.model_sha256,
+    answers=decision.answers,
+    seconds=decision.seconds,
+    names=prepared.names,
+    state=prepared.state,
+    usage={
+        "input_tokens": decision.prompt_tokens,
+        "cached_tokens": decision.extra.get(
+            "cached_tokens",
+             0)})
         except Exception:  # the answer is computed: a log that cannot take it must not lose it for the client
             log.exception("the probability log could not record request %s", request.scope["state"]["request_id"])
             runtime.metrics.errors.labels("probability_log").inc()
@@ -46,7 +55,8 @@ def record_decision(request: Request, route: str, prepared: Prepared, decision: 
 async def _run_decision(request: Request, services, prepared: Prepared) -> Decision:
     """The decision on the engine thread, sharing its calls with the other decisions waiting then."""
     scheduler = _runtime(request).scheduler
-    return await scheduler.run_shared(DECISIONS, services.decisions.run_many, prepared, disconnected=request.is_disconnected)
+    return await scheduler.run_shared(DECISIONS, services.decisions.run_many, prepared,
+                                      disconnected=request.is_disconnected)
 
 
 async def handle_decisions(request: Request, body: DecisionRequest) -> dict:
@@ -140,7 +150,8 @@ async def profiles(request: Request) -> dict:
     runtime = _runtime(request)
     runtime.ready()
     store = runtime.profile_store
-    data = [{"name": p.name, "type": p.task["type"], "instructions": p.task["instructions"], "options": p.task["options"],
+    data = [{"name": p.name, "type": p.task["type"], "instructions": p.task["instructions"],
+             "options": p.task["options"],
              "mode": p.mode, "method": p.method_label, "prompt_format": p.prompt_format, "threshold": p.threshold,
              "target_precision": p.target_precision, "confidence_level": p.confidence_level}
             for p in (store.profiles.values() if store else ())]
@@ -151,7 +162,8 @@ async def profiles(request: Request) -> dict:
 async def health(request: Request) -> JSONResponse:
     runtime = _runtime(request)
     if runtime.services is not None:
-        return JSONResponse({"status": "ok", "model": runtime.services.model_name, "queue_depth": runtime.scheduler.depth})
+        return JSONResponse({"status": "ok", "model": runtime.services.model_name,
+                            "queue_depth": runtime.scheduler.depth})
     status = "error" if runtime.load_error else "loading"
     return JSONResponse({"status": status, "error": runtime.load_error}, status_code=503)
 
@@ -163,4 +175,5 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/", response_class=HTMLResponse)
 async def playground() -> HTMLResponse:
-    return HTMLResponse(resources.files("llamadecide.server").joinpath("static/playground.html").read_text(encoding="utf-8"))
+    return HTMLResponse(resources.files("llamadecide.server").joinpath(
+        "static/playground.html").read_text(encoding="utf-8"))

@@ -84,7 +84,8 @@ class EngineScheduler:
             if self.draining:
                 raise shutting_down()
             if self._pending >= self._max_waiting + 1:
-                raise APIError(503, "the engine queue is full; retry shortly", type="unavailable_error", code="overloaded")
+                raise APIError(503, "the engine queue is full; retry shortly",
+                               type="unavailable_error", code="overloaded")
             self._pending += 1
             self._jobs.add(cancelled)
 
