@@ -9,4 +9,5 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v a
     || echo "warning: could not install chromium; the playground test will be skipped" >&2
 fi
 .venv/bin/ruff check src tests  # the rules in pyproject.toml; a finding fails the run
+.venv/bin/ruff format --check src tests
 exec .venv/bin/python -m pytest "$@"

@@ -33,13 +33,14 @@ def server(tmp_path_factory):
     from llamadecide.bench.server_process import ServerProcess
 
     log_dir = tmp_path_factory.mktemp("server")
-    process = ServerProcess("--api-key",
-    API_KEY,
-    "--probability-log",
-    str(log_dir / "probabilities.jsonl"),
-    env={"LLAMADECIDE_QUEUE_SIZE": "16",
-    "LLAMADECIDE_MAX_BODY_BYTES": "262144"},
-     log_dir=log_dir)
+    process = ServerProcess(
+        "--api-key",
+        API_KEY,
+        "--probability-log",
+        str(log_dir / "probabilities.jsonl"),
+        env={"LLAMADECIDE_QUEUE_SIZE": "16", "LLAMADECIDE_MAX_BODY_BYTES": "262144"},
+        log_dir=log_dir,
+    )
     process.probability_log = log_dir / "probabilities.jsonl"
     with process:
         yield process

@@ -25,7 +25,7 @@ TEAMS = ["billing", "technical support", "sales", "account security"]
 def _texts(n: int) -> list[str]:
     path = DATA / "agnews" / "test.tsv"
     if path.exists():
-        lines = path.read_text(encoding="utf-8").splitlines()[1:n + 1]
+        lines = path.read_text(encoding="utf-8").splitlines()[1 : n + 1]
         return [line.split("\t")[0] for line in lines]
     return [f"Item {i}: " + "the market rose and the team won " * (i % 9 + 1) for i in range(n)]
 
@@ -33,6 +33,7 @@ def _texts(n: int) -> list[str]:
 def test_the_engine_scores_many_inputs_in_shared_calls_each_as_alone(engine):
     """200 inputs (plain, after a pinned prefix, hidden states alone, tries with hidden states) in
     shared calls against each alone: equal to 1e-6 (in practice bit for bit), in fewer calls."""
+
     def chat(text):
         return engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": text}]))
 
@@ -68,8 +69,10 @@ def test_decide_many_equals_decide_and_keeps_a_bad_request_to_itself(engine):
     topic = choice("Which team?", TEAMS)
     requests = [DecisionInput(text, [topic]) for text in _texts(12)]
     requests += [DecisionInput(text, [topic], Scoring(layout="llamadecide-3", head=head)) for text in _texts(6)]
-    requests += [DecisionInput("word " * 5000, [topic]),  # cannot fit the context
-                 DecisionInput("I want a refund.", [topic, predicate("The customer is angry.")])]
+    requests += [
+        DecisionInput("word " * 5000, [topic]),  # cannot fit the context
+        DecisionInput("I want a refund.", [topic, predicate("The customer is angry.")]),
+    ]
     decider = Decider(engine)
     together = decider.decide_many(requests)
     assert isinstance(together[-2], ContextOverflowError)
@@ -102,7 +105,7 @@ def test_a_bulk_file_is_decided_once_per_line_in_order_and_resumes(engine, tmp_p
     resumed = tmp_path / "resumed.jsonl"
     text = whole.read_text()
     cut = [i for i, c in enumerate(text) if c == "\n"][4] + 1
-    resumed.write_text(text[:cut] + text[cut:cut + 20])
+    resumed.write_text(text[:cut] + text[cut : cut + 20])
     assert done_lines(resumed) == 5
     counts = decide_file(decider, inputs, question, Scoring(), resumed, batch=4)
     assert counts["skipped"] == 5 and counts["decided"] + counts["errors"] == 6
@@ -111,7 +114,8 @@ def test_a_bulk_file_is_decided_once_per_line_in_order_and_resumes(engine, tmp_p
     for a, b in zip(records, again):
         if "answers" in a:
             assert [p["probability"] for p in a["answers"][0]["probabilities"]] == pytest.approx(
-                [p["probability"] for p in b["answers"][0]["probabilities"]], abs=EXACT)
+                [p["probability"] for p in b["answers"][0]["probabilities"]], abs=EXACT
+            )
 
 
 def test_the_bulk_command_writes_a_line_per_input(tmp_path):
@@ -122,8 +126,24 @@ def test_the_bulk_command_writes_a_line_per_input(tmp_path):
     data = tmp_path / "in.csv"
     data.write_text("id,text\n1,I was charged twice\n2,The app crashes\n")
     out = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(app, ["decide", "--data", str(data), "--out", str(out), "--id-column", "id", "-q",
-                                      "Which team?", "-o", "billing", "-o", "technical support"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "decide",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--id-column",
+            "id",
+            "-q",
+            "Which team?",
+            "-o",
+            "billing",
+            "-o",
+            "technical support",
+        ],
+    )
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in records] == ["1", "2"] and all(len(r["answers"][0]["probabilities"]) == 2 for r in records)
@@ -133,16 +153,29 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 def _body(text: str) -> dict:
-    return {"model": "m", "input": text, "questions": [{"type": "choice", "instructions": "Which team?",
-                                                        "choices": [{"value": t} for t in TEAMS]}]}
+    return {
+        "model": "m",
+        "input": text,
+        "questions": [{"type": "choice", "instructions": "Which team?", "choices": [{"value": t} for t in TEAMS]}],
+    }
 
 
 def test_invocations_take_json_lines_and_answer_a_line_per_record(server):
     texts = _texts(3)
-    records = [json.dumps(_body(texts[0])), "{broken", json.dumps({"state": texts[1], "questions": {
-        "team": {"type": "choice", "criteria": {t: None for t in TEAMS}}}}), json.dumps(_body(texts[2]))]
-    response = httpx.post(f"{server.url}/invocations", content="\n".join(records) + "\n", timeout=300,
-                          headers={**AUTH, "Content-Type": "application/jsonlines"})
+    records = [
+        json.dumps(_body(texts[0])),
+        "{broken",
+        json.dumps(
+            {"state": texts[1], "questions": {"team": {"type": "choice", "criteria": {t: None for t in TEAMS}}}}
+        ),
+        json.dumps(_body(texts[2])),
+    ]
+    response = httpx.post(
+        f"{server.url}/invocations",
+        content="\n".join(records) + "\n",
+        timeout=300,
+        headers={**AUTH, "Content-Type": "application/jsonlines"},
+    )
     assert response.status_code == 200 and response.headers["content-type"].startswith("application/jsonlines")
     lines = [json.loads(line) for line in response.text.splitlines()]
     assert len(lines) == 4
@@ -151,13 +184,16 @@ def test_invocations_take_json_lines_and_answer_a_line_per_record(server):
     for index, text in ((0, texts[0]), (3, texts[2])):
         alone = httpx.post(f"{server.url}/v1/decisions", json=_body(text), headers=AUTH, timeout=120).json()
         assert [p["probability"] for p in lines[index]["answers"][0]["probabilities"]] == pytest.approx(
-            [p["probability"] for p in alone["answers"][0]["probabilities"]], abs=EXACT)
+            [p["probability"] for p in alone["answers"][0]["probabilities"]], abs=EXACT
+        )
 
 
 def _metrics(server) -> dict[str, float]:
     text = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=120).text
-    return {name: float(value) for name, value in (line.rsplit(" ", 1) for line in text.splitlines()
-                                                    if line and not line.startswith("#"))}
+    return {
+        name: float(value)
+        for name, value in (line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    }
 
 
 def test_concurrent_requests_share_calls_and_answer_as_alone(server):
@@ -189,4 +225,5 @@ def test_concurrent_requests_share_calls_and_answer_as_alone(server):
     assert after[calls] - between[calls] < between[calls] - before[calls]  # and so fewer llama_decode calls
     for i, expected in enumerate(alone):
         assert [p["probability"] for p in got[i]["answers"][0]["probabilities"]] == pytest.approx(
-            [p["probability"] for p in expected["answers"][0]["probabilities"]], abs=EXACT)
+            [p["probability"] for p in expected["answers"][0]["probabilities"]], abs=EXACT
+        )

@@ -19,8 +19,9 @@ def test_parse_choice_finds_the_named_option_or_none():
 
 
 def test_summary_percentiles_throughput_and_errors():
-    records = [Record("decision", 200, t, correct=t < 0.3, valid=True)
-                      for t in (0.1, 0.2, 0.3, 0.4)] + [Record("decision", 503, 0.01, error="overloaded")]
+    records = [Record("decision", 200, t, correct=t < 0.3, valid=True) for t in (0.1, 0.2, 0.3, 0.4)] + [
+        Record("decision", 503, 0.01, error="overloaded")
+    ]
     s = summarise(records, wall_s=2.0)
     assert s["ok"] == 4 and s["error_rate"] == pytest.approx(0.2) and s["throughput_rps"] == 2.0
     assert s["p50_s"] == pytest.approx(0.25) and s["accuracy"] == 0.5 and s["first_error"] == "overloaded"
@@ -28,8 +29,9 @@ def test_summary_percentiles_throughput_and_errors():
 
 def test_cost_per_thousand_requests():
     prices = load_prices()
-    assert prices["source"] and all({"region", "instance_type", "vcpu", "usd_per_hour",
-                                    "date"} <= set(i) for i in prices["instances"])
+    assert prices["source"] and all(
+        {"region", "instance_type", "vcpu", "usd_per_hour", "date"} <= set(i) for i in prices["instances"]
+    )
     rows = {r["instance_type"]: r for r in cost_table(prices, cpu_rps=2.0, cpu_vcpu=2, gpu_rps=None)}
     large = rows["ml.c5.large"]  # same vCPU count as the measuring machine: 2 req/s
     assert large["usd_per_1000"] == pytest.approx(1000 * large["usd_per_hour"] / (3600 * 2.0))
@@ -39,12 +41,15 @@ def test_cost_per_thousand_requests():
 
 def test_a_short_real_run(server):
     task = load_task(TASKS_DIR / "agnews.yaml")
-    items = [LabelledItem("1", "The team won the championship final on Sunday.", "Sports"),
-             LabelledItem("2", "Shares of the chip maker fell after weak earnings.", "Business")]
+    items = [
+        LabelledItem("1", "The team won the championship final on Sunday.", "Sports"),
+        LabelledItem("2", "Shares of the chip maker fell after weak earnings.", "Business"),
+    ]
     golds = [task.gold_index(i.label) for i in items]
     for kind in ("decision", "chat"):
-        records, wall, work = asyncio.run(run_level(server.url, API_KEY, kind, task,
-                                          items, golds, concurrency=2, requests=4, warmup=1))
+        records, wall, work = asyncio.run(
+            run_level(server.url, API_KEY, kind, task, items, golds, concurrency=2, requests=4, warmup=1)
+        )
         s = summarise(records, wall)
         assert s["requests"] == 4 and s["ok"] == 4, s
         if kind == "chat":
@@ -56,16 +61,21 @@ def test_a_short_real_run(server):
             figures = floor_figures(s, work, 0.002)
             assert figures["rows_per_request"] == work["rows"] / 4
             assert figures["floor_efficiency"] == pytest.approx(
-    figures["rows_per_request"] * 0.002 * s["throughput_rps"])
+                figures["rows_per_request"] * 0.002 * s["throughput_rps"]
+            )
 
 
 def test_floor_figures_follow_from_the_counters():
     summary = {"ok": 10, "throughput_rps": 4.0}
     work = {"rows": 250.0, "decode_calls": 5.0, "runs": 4.0, "decisions": 10.0}
     figures = floor_figures(summary, work, 0.01)
-    assert figures == pytest.approx({"rows_per_request": 25.0,
-    "decode_calls_per_request": 0.5,
-    "decisions_per_engine_run": 2.5,
-    "floor_s_per_request": 0.25,
-     "floor_efficiency": 1.0})
+    assert figures == pytest.approx(
+        {
+            "rows_per_request": 25.0,
+            "decode_calls_per_request": 0.5,
+            "decisions_per_engine_run": 2.5,
+            "floor_s_per_request": 0.25,
+            "floor_efficiency": 1.0,
+        }
+    )
     assert floor_figures(summary, None, 0.01) == {} and "floor_efficiency" not in floor_figures(summary, work, None)

@@ -11,37 +11,47 @@ import pytest
 from llamadecide.bench import quality
 
 pytestmark = pytest.mark.skipif(
-    not quality.DATASETS["sst2"].path.exists(),
-     reason="shared data not beside the checkout")
+    not quality.DATASETS["sst2"].path.exists(), reason="shared data not beside the checkout"
+)
 
 
 def test_quality_bench_on_a_slice(tmp_path, capsys):
     out = tmp_path / "runs"
-    code = quality.main(["--model",
-    "smollm2-135m-instruct",
-    "--dataset",
-    "sst2",
-    "--labelled",
-    "30",
-    "--test",
-    "12",
-    "--generate",
-    "3",
-    "--shots",
-    "2",
-    "--nested",
-    "--out",
-    str(out),
-    "--json",
-    str(out / "r.json"),
-     "--quiet"])
+    code = quality.main(
+        [
+            "--model",
+            "smollm2-135m-instruct",
+            "--dataset",
+            "sst2",
+            "--labelled",
+            "30",
+            "--test",
+            "12",
+            "--generate",
+            "3",
+            "--shots",
+            "2",
+            "--nested",
+            "--out",
+            str(out),
+            "--json",
+            str(out / "r.json"),
+            "--quiet",
+        ]
+    )
     assert code == 0
     [result] = json.loads((out / "r.json").read_text())
     methods = [(r["method"], r["variant"]) for r in result["rows"]]
-    for expected in [("zero-shot", "text mode"), ("prior-corrected", "text mode"), ("zero-shot", "labels mode"),
-                     ("prior-corrected", "labels mode, 2 rotations"), ("2-shot", "labels mode, 2-shot"),
-                     ("2-shot, prior-corrected", "labels mode, 2-shot"), ("zero-shot", "labels mode, llamadecide-2"),
-                     ("2-shot", "labels mode, llamadecide-2, 2-shot")]:
+    for expected in [
+        ("zero-shot", "text mode"),
+        ("prior-corrected", "text mode"),
+        ("zero-shot", "labels mode"),
+        ("prior-corrected", "labels mode, 2 rotations"),
+        ("2-shot", "labels mode, 2-shot"),
+        ("2-shot, prior-corrected", "labels mode, 2-shot"),
+        ("zero-shot", "labels mode, llamadecide-2"),
+        ("2-shot", "labels mode, llamadecide-2, 2-shot"),
+    ]:
         assert expected in methods
     assert next(r for r in result["rows"] if r["method"] == "2-shot")["labels_used"] == 2
     assert any(m == "head" for m, _ in methods) and any(m == "chosen by CV" for m, _ in methods)
@@ -51,16 +61,38 @@ def test_quality_bench_on_a_slice(tmp_path, capsys):
     nested = result["rows"][chosen + 1]
     # 30 labelled items less the 2 the question-first 2-shot prefix shows, four fifths of them per outer fold
     assert nested["labels_used"] == 22 and nested["variant"].startswith(methods[chosen][1])
-    assert methods[-3:] == [("TF-IDF + LR (baseline)", "words"), ("TF-IDF + LR (baseline)", "char 2-4-grams"),
-                            ("generate-and-parse (baseline)", "3 items")]
+    assert methods[-3:] == [
+        ("TF-IDF + LR (baseline)", "words"),
+        ("TF-IDF + LR (baseline)", "char 2-4-grams"),
+        ("generate-and-parse (baseline)", "3 items"),
+    ]
     for row in result["rows"]:
         assert 0.0 <= row["accuracy"] <= 1.0
         if row["nll"] is not None:
             assert row["nll"] > 0 and 0.0 <= row["ece"] <= 1.0 and 0.0 <= row["macro_f1"] <= 1.0
     assert result["rows"][-1]["invalid_rate"] is not None
     # A second run is served from the cache and gives the same figures.
-    quality.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--labelled", "30", "--test", "12",
-                  "--generate", "0", "--shots", "2", "--out", str(out), "--json", str(out / "again.json"), "--quiet"])
+    quality.main(
+        [
+            "--model",
+            "smollm2-135m-instruct",
+            "--dataset",
+            "sst2",
+            "--labelled",
+            "30",
+            "--test",
+            "12",
+            "--generate",
+            "0",
+            "--shots",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+            str(out / "again.json"),
+            "--quiet",
+        ]
+    )
     again = json.loads((out / "again.json").read_text())[0]["rows"]
     assert [r["accuracy"] for r in again] == [r["accuracy"] for r in result["rows"][:-1] if r is not nested]
     capsys.readouterr()

@@ -24,8 +24,10 @@ def lazy_engine() -> Engine:
 
 @pytest.fixture(scope="module")
 def intents():
-    return choice("Which banking intent is this?", [o.text for o in load_task(
-        TASKS_DIR / "banking77.yaml").question().options][:40])
+    return choice(
+        "Which banking intent is this?",
+        [o.text for o in load_task(TASKS_DIR / "banking77.yaml").question().options][:40],
+    )
 
 
 def counted(engine, work):
@@ -39,9 +41,8 @@ def test_every_bounded_probability_is_within_its_bound_of_the_exact_one(lazy_eng
     exact, exact_work = counted(lazy_engine, lambda: Decider(lazy_engine).decide(TEXT, [intents]).answers[0])
     lazy_engine.clear_cache()
     bounded, work = counted(
-    lazy_engine, lambda: Decider(
-        lazy_engine, epsilon=epsilon).decide(
-            TEXT, [intents]).answers[0])
+        lazy_engine, lambda: Decider(lazy_engine, epsilon=epsilon).decide(TEXT, [intents]).answers[0]
+    )
     assert exact.bound == 0.0
     assert 0.0 < bounded.bound <= epsilon
     gap = np.abs(np.array(exact.probabilities) - np.array(bounded.probabilities))
@@ -69,7 +70,7 @@ def test_the_default_engine_keeps_small_tries_exact_and_in_one_call(engine):
 
 def test_engine_rows_are_nan_exactly_where_the_trie_was_not_expanded(lazy_engine, intents):
     decider = Decider(lazy_engine)
-    item = decider._tokenize(TEXT, intents)
+    item = decider.planner.tokenize(TEXT, intents)
     local = min(item.boundaries)
     continuations = [s[local:] for s in item.sequences]
     prefix = item.sequences[0][:local]
@@ -80,7 +81,7 @@ def test_engine_rows_are_nan_exactly_where_the_trie_was_not_expanded(lazy_engine
     for full, partial in zip(exact.rows, lazy.rows):
         known = ~np.isnan(partial)
         assert known[0]  # every first token comes from the root
-        assert not known[int(np.argmin(known)):].any() if not known.all() else True  # known part is a prefix
+        assert not known[int(np.argmin(known)) :].any() if not known.all() else True  # known part is a prefix
         assert partial[known] == pytest.approx(full[known], abs=LAYOUT_NOISE)
 
 
@@ -90,14 +91,14 @@ def test_a_head_takes_the_hidden_state_from_the_scoring_call(engine):
     rng = np.random.default_rng(0)
     head = Head(rng.normal(scale=0.05, size=(4, width)), rng.normal(size=4))
     answer, work = counted(
-    engine, lambda: Decider(engine).decide(
-        TEXT, [question], scoring=Scoring(
-            head=head)).answers[0])
+        engine, lambda: Decider(engine).decide(TEXT, [question], scoring=Scoring(head=head)).answers[0]
+    )
     assert work["decode_calls"] == 1
     hidden = engine.hidden_state(engine.tokenize_prompt(engine.render_chat(build_messages(TEXT, question))))
     features = maths.head_features([o.logprob for o in answer.options], hidden)
-    assert answer.probabilities == pytest.approx(list(maths.head_probabilities(features, head.weights, head.intercept)),
-                                                 abs=1e-4)
+    assert answer.probabilities == pytest.approx(
+        list(maths.head_probabilities(features, head.weights, head.intercept)), abs=1e-4
+    )
 
 
 def test_a_head_on_the_hidden_state_alone_scores_no_answer(engine, intents):
@@ -110,16 +111,14 @@ def test_a_head_on_the_hidden_state_alone_scores_no_answer(engine, intents):
     decision, work = counted(engine, lambda: Decider(engine).decide(TEXT, [intents], scoring=Scoring(head=head)))
     answer = decision.answers[0]
     prompt = engine.tokenize_prompt(engine.render_chat(build_messages(TEXT, intents)))
-    assert work == {"decode_calls": 1 if engine._outputs_cost_less(len(prompt) - 1) else 2,
-                    "rows": len(prompt)}  # the prompt, nothing else
+    assert work == {
+        "decode_calls": 1 if engine._outputs_cost_less(len(prompt) - 1) else 2,
+        "rows": len(prompt),
+    }  # the prompt, nothing else
     assert decision.prompt_tokens == len(prompt)
     assert answer.label_mass is None and all(o.logprob is None for o in answer.options)
     hidden = engine.hidden_state(prompt)
     expected = maths.head_probabilities(
-    maths.head_features(
-        None,
-        hidden,
-        maths.HIDDEN_ONLY),
-        head.weights,
-         head.intercept)
+        maths.head_features(None, hidden, maths.HIDDEN_ONLY), head.weights, head.intercept
+    )
     assert answer.probabilities == pytest.approx(list(expected), abs=1e-4)

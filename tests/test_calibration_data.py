@@ -58,12 +58,22 @@ def _write(path, rows):
 
 def test_compare_agreement_flips_kl_and_accuracy(tmp_path):
     base = {"options": ["a", "b"]}
-    _write(tmp_path / "a.jsonl", [{**base, "id": "1", "label": 0, "probabilities": [0.9, 0.1]},
-                                  {**base, "id": "2", "label": 1, "probabilities": [0.6, 0.4]},
-                                  {**base, "id": "3", "label": 1, "probabilities": [0.2, 0.8]}])
-    _write(tmp_path / "b.jsonl", [{**base, "id": "1", "label": 0, "probabilities": [0.9, 0.1]},
-                                  {**base, "id": "2", "label": 1, "probabilities": [0.3, 0.7]},
-                                  {**base, "id": "4", "label": 1, "probabilities": [0.5, 0.5]}])
+    _write(
+        tmp_path / "a.jsonl",
+        [
+            {**base, "id": "1", "label": 0, "probabilities": [0.9, 0.1]},
+            {**base, "id": "2", "label": 1, "probabilities": [0.6, 0.4]},
+            {**base, "id": "3", "label": 1, "probabilities": [0.2, 0.8]},
+        ],
+    )
+    _write(
+        tmp_path / "b.jsonl",
+        [
+            {**base, "id": "1", "label": 0, "probabilities": [0.9, 0.1]},
+            {**base, "id": "2", "label": 1, "probabilities": [0.3, 0.7]},
+            {**base, "id": "4", "label": 1, "probabilities": [0.5, 0.5]},
+        ],
+    )
     result = compare(read_records(tmp_path / "a.jsonl"), read_records(tmp_path / "b.jsonl"))
     assert result["matched"] == 2 and result["agreement"] == 0.5 and result["flip_rate"] == 0.5
     kl_item_2 = 0.6 * __import__("math").log(0.6 / 0.3) + 0.4 * __import__("math").log(0.4 / 0.7)
@@ -91,8 +101,10 @@ def test_compare_skips_a_torn_last_line_and_names_a_bad_line_elsewhere(tmp_path,
 def test_task_options_named_yes_no_on_off_stay_text(tmp_path):
     """YAML 1.1 reads yes/no/on/off as booleans; an intent set with intents of those names keeps them as words."""
     path = tmp_path / "intents.yaml"
-    path.write_text("type: choice\ninstructions: Which intent?\noptions: [yes, no, on, off, other]\n"
-                    "labels: {affirm: yes, deny: no}\n")
+    path.write_text(
+        "type: choice\ninstructions: Which intent?\noptions: [yes, no, on, off, other]\n"
+        "labels: {affirm: yes, deny: no}\n"
+    )
     task = load_task(path)
     assert task.options == ["yes", "no", "on", "off", "other"]
     assert task.gold_index("affirm") == 0 and task.gold_index("deny") == 1 and task.gold_index("on") == 2

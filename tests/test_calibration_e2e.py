@@ -37,17 +37,41 @@ def slice_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_run(slice_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("calibration")
-    result = CliRunner().invoke(app, ["calibrate", str(slice_file), "--task", "agnews",
-                                      "--text-column", "0", "--label-column", "1", "--calibration-size", "20",
-                                      "--test-size", "20", "--target-precision", "0.5", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(slice_file),
+            "--task",
+            "agnews",
+            "--text-column",
+            "0",
+            "--label-column",
+            "1",
+            "--calibration-size",
+            "20",
+            "--test-size",
+            "20",
+            "--target-precision",
+            "0.5",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     return out, result.output
 
 
 def test_local_run_writes_report_plots_and_profile(local_run):
     out, output = local_run
-    for name in ("report.html", "summary.json", "profile.json",
-                 "reliability.png", "risk_coverage.png", "predictions.jsonl"):
+    for name in (
+        "report.html",
+        "summary.json",
+        "profile.json",
+        "reliability.png",
+        "risk_coverage.png",
+        "predictions.jsonl",
+    ):
         assert (out / name).stat().st_size > 0, name
     summary = json.loads((out / "summary.json").read_text())
     raw, calibrated = summary["test"]["raw"], summary["test"]["calibrated"]
@@ -57,10 +81,13 @@ def test_local_run_writes_report_plots_and_profile(local_run):
         assert 0 <= m["accuracy"] <= 1 and m["nll"] > 0 and 0 <= m["ece_width"] <= 1
         assert m["ece_width_ci"][0] <= m["ece_width"] <= m["ece_width_ci"][1] + 1e-12
         assert len(m["per_class_ece"]) == 4
-    assert {c["label"] for c in summary["candidates"]} >= {"text mode, none", "text mode, temperature",
-                                                          "text mode, head (C=0.05) + lexical",
-                                                          "text mode, llamadecide-2, none",
-                                                          "text mode, llamadecide-2, 4-shot, head (C=0.05)"}
+    assert {c["label"] for c in summary["candidates"]} >= {
+        "text mode, none",
+        "text mode, temperature",
+        "text mode, head (C=0.05) + lexical",
+        "text mode, llamadecide-2, none",
+        "text mode, llamadecide-2, 4-shot, head (C=0.05)",
+    }
     profile = CalibrationProfile.load(out / "profile.json")
     assert len(profile.model_sha256) == 64 and profile.temperature > 0
     assert profile.prompt_format == summary["prompt_format"] in ("llamadecide-1", "llamadecide-2", "llamadecide-3")
@@ -89,14 +116,8 @@ def test_rerun_is_served_from_the_cache(local_run, slice_file, engine):
     task = load_task("agnews")
     items = read_labelled(slice_file, text_column="0", label_column="1")
     calibrate(
-    Counting(engine),
-    task,
-    items,
-    RunConfig(
-        out_dir=out,
-        calibration_size=20,
-        test_size=20,
-         show_progress=False))
+        Counting(engine), task, items, RunConfig(out_dir=out, calibration_size=20, test_size=20, show_progress=False)
+    )
     assert calls == []
 
 
@@ -109,9 +130,16 @@ def test_http_and_sagemaker_backends_match_local(local_run, slice_file, server, 
     class FakeRuntime:  # what boto3's sagemaker-runtime client does, sent to the real server's /invocations
         def invoke_endpoint(self, **kwargs):
             assert kwargs["EndpointName"] == "llamadecide-test" and kwargs["ContentType"] == "application/json"
-            response = httpx.post(f"{server.url}/invocations", content=kwargs["Body"], timeout=60,
-                                  headers={"Content-Type": kwargs["ContentType"], "Authorization": f"Bearer {API_KEY}",
-                                           "X-Amzn-SageMaker-Custom-Attributes": kwargs["CustomAttributes"]})
+            response = httpx.post(
+                f"{server.url}/invocations",
+                content=kwargs["Body"],
+                timeout=60,
+                headers={
+                    "Content-Type": kwargs["ContentType"],
+                    "Authorization": f"Bearer {API_KEY}",
+                    "X-Amzn-SageMaker-Custom-Attributes": kwargs["CustomAttributes"],
+                },
+            )
             assert response.status_code == 200, response.text
             return {"Body": io.BytesIO(response.content), "ContentType": "application/json"}
 
@@ -120,15 +148,15 @@ def test_http_and_sagemaker_backends_match_local(local_run, slice_file, server, 
     with HTTPBackend(server.url, API_KEY) as http:
         assert http.identity() == local == sagemaker.identity()  # the server reports its model's SHA-256
         for item in items[:6]:
-            assert http.score(
-    item.text,
-    question).logprobs == pytest.approx(
-        sagemaker.score(
-            item.text,
-            question).logprobs,
-             abs=1e-9)
-        summary = calibrate(http, task, items, RunConfig(out_dir=tmp_path / "http", calibration_size=20, test_size=20,
-                                                         show_progress=False))
+            assert http.score(item.text, question).logprobs == pytest.approx(
+                sagemaker.score(item.text, question).logprobs, abs=1e-9
+            )
+        summary = calibrate(
+            http,
+            task,
+            items,
+            RunConfig(out_dir=tmp_path / "http", calibration_size=20, test_size=20, show_progress=False),
+        )
     assert summary["model_sha256"] == local and summary["test"]["raw"]["n"] == 20
 
 
@@ -141,12 +169,14 @@ def test_profile_is_served_and_mismatches_are_refused(local_run, tmp_path):
     shutil.copy(out / "profile.json", profiles / "agnews.json")
     profile = CalibrationProfile.load(out / "profile.json")
     task = profile.task
-    body = {"model": "m",
-    "input": "Stocks rallied as the central bank held rates.",
-    "llamadecide": {"profile": profile.name},
-    "questions": [{"type": "choice",
-    "instructions": task["instructions"],
-     "choices": [{"value": v} for v in task["options"]]}]}
+    body = {
+        "model": "m",
+        "input": "Stocks rallied as the central bank held rates.",
+        "llamadecide": {"profile": profile.name},
+        "questions": [
+            {"type": "choice", "instructions": task["instructions"], "choices": [{"value": v} for v in task["options"]]}
+        ],
+    }
     with ServerProcess("--profiles-dir", str(profiles)) as server:
         answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]
         assert answer["calibrated"] is True and answer["profile"] == profile.name
@@ -155,12 +185,8 @@ def test_profile_is_served_and_mismatches_are_refused(local_run, tmp_path):
         refused = httpx.post(f"{server.url}/v1/decisions", json=wrong, timeout=60)
         assert refused.status_code == 422 and refused.json()["error"]["code"] == "profile_mismatch"
         unknown = httpx.post(
-    f"{server.url}/v1/decisions",
-    json={
-        **body,
-        "llamadecide": {
-            "profile": "nope"}},
-             timeout=60)
+            f"{server.url}/v1/decisions", json={**body, "llamadecide": {"profile": "nope"}}, timeout=60
+        )
         assert unknown.status_code == 400 and "loaded" in unknown.json()["error"]["message"]
     # a profile fitted for another model file, or a file that is no profile, is left out (named in
     # the error of a request for it) while the model serves the good ones
@@ -171,12 +197,8 @@ def test_profile_is_served_and_mismatches_are_refused(local_run, tmp_path):
         assert httpx.get(f"{server.url}/ping", timeout=10).status_code == 200
         assert httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]["calibrated"]
         refused = httpx.post(
-    f"{server.url}/v1/decisions",
-    json={
-        **body,
-        "llamadecide": {
-            "profile": "other"}},
-             timeout=60)
+            f"{server.url}/v1/decisions", json={**body, "llamadecide": {"profile": "other"}}, timeout=60
+        )
         message = refused.json()["error"]["message"]
         assert refused.status_code == 400 and "other.json" in message and "recalibrate" in message
         assert "notes.json" in message and "not a calibration profile" in message
@@ -190,12 +212,18 @@ def test_a_calibrate_output_folder_is_served_as_it_is(local_run):
     out, _ = local_run
     assert (out / "summary.json").is_file()
     profile = CalibrationProfile.load(out / "profile.json")
-    body = {"model": "m",
-    "input": "Stocks rallied as the central bank held rates.",
-    "llamadecide": {"profile": profile.name},
-    "questions": [{"type": "choice",
-    "instructions": profile.task["instructions"],
-     "choices": [{"value": v} for v in profile.task["options"]]}]}
+    body = {
+        "model": "m",
+        "input": "Stocks rallied as the central bank held rates.",
+        "llamadecide": {"profile": profile.name},
+        "questions": [
+            {
+                "type": "choice",
+                "instructions": profile.task["instructions"],
+                "choices": [{"value": v} for v in profile.task["options"]],
+            }
+        ],
+    }
     with ServerProcess("--profiles-dir", str(out)) as server:
         assert httpx.get(f"{server.url}/ping", timeout=10).status_code == 200
         answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]
@@ -224,18 +252,17 @@ def test_over_its_budget_a_run_compares_every_candidate_on_the_answered_items(tm
     task = load_task("banking77")
     items = read_labelled(banking, text_column="text", label_column="category")[::50][:40]
     config = RunConfig(
-    out_dir=tmp_path / "run",
-    calibration_size=30,
-    test_size=10,
-    show_progress=False,
-    layouts=(
-        "llamadecide-1",
-        "llamadecide-3"),
+        out_dir=tmp_path / "run",
+        calibration_size=30,
+        test_size=10,
+        show_progress=False,
+        layouts=("llamadecide-1", "llamadecide-3"),
         shots_per_class=(),
         lexical=False,
         prior_correction=False,
         row_budget=15000,
-         min_answered=16)
+        min_answered=16,
+    )
     summary = calibrate(LocalBackend(engine), task, items, config)
     plan = summary["scoring"]
     assert plan["left_out"] == ["text mode"] and plan["hidden_state_on_every_item"] == ["text mode, llamadecide-3"]
@@ -245,3 +272,25 @@ def test_over_its_budget_a_run_compares_every_candidate_on_the_answered_items(tm
     hidden_heads = [r for r in summary["candidates"] if r["features"] == "hidden-1"]
     assert hidden_heads and all(r["fit_items"] == 30 for r in hidden_heads)
     assert summary["test"]["calibrated"]["n"] == 10 or summary["chosen"]["features"] != "hidden-1"
+
+
+def test_the_head_formats_are_measured_as_heads_on_the_hidden_state_alone(engine, slice_file, tmp_path):
+    """`--layout llamadecide-5`: hidden states on every item, never an answer; its only candidates are
+    heads on the hidden state alone, priced (weighted rows per decision) below the state-first answers."""
+    items = read_labelled(slice_file, text_column="0", label_column="1")
+    config = RunConfig(
+        out_dir=tmp_path,
+        calibration_size=20,
+        test_size=20,
+        show_progress=False,
+        layouts=("llamadecide-1", "llamadecide-5"),
+        lexical=False,
+        prior_correction=False,
+    )
+    summary = calibrate(LocalBackend(engine), load_task("agnews"), items, config)
+    assert summary["scoring"]["hidden_state_on_every_item"] == ["text mode, llamadecide-5"]
+    assert set(summary["scoring"]["answers_scored"]) == {"text mode"}
+    formats = [c for c in summary["candidates"] if c["layout"] == "llamadecide-5"]
+    assert formats and all(c["kind"] == "head" and c["features"] == "hidden-1" for c in formats)
+    state_first = [c for c in summary["candidates"] if c["layout"] == "llamadecide-1" and c["kind"] == "none"]
+    assert max(c["served_rows"] for c in formats) < min(c["served_rows"] for c in state_first)

@@ -50,8 +50,9 @@ def test_per_class_ece_and_risk_coverage():
     coverage, risk = metrics.risk_coverage(np.array([0.9, 0.8, 0.7, 0.6]), np.array([True, False, True, False]))
     assert coverage.tolist() == [0.25, 0.5, 0.75, 1.0]
     assert risk.tolist() == pytest.approx([0.0, 0.5, 1 / 3, 0.5])
-    assert metrics.aurc(np.array([0.9, 0.8, 0.7, 0.6]), np.array(
-        [True, False, True, False])) == pytest.approx((0 + 0.5 + 1 / 3 + 0.5) / 4)
+    assert metrics.aurc(np.array([0.9, 0.8, 0.7, 0.6]), np.array([True, False, True, False])) == pytest.approx(
+        (0 + 0.5 + 1 / 3 + 0.5) / 4
+    )
 
 
 def _synthetic_overconfident(n, k=4, true_t=2.5, seed=0):

@@ -28,18 +28,14 @@ def test_decide_table_shows_every_option():
 
 
 def test_predicate_and_score_from_the_cli():
-    result = runner.invoke(app,
-    ["decide",
-    TICKET,
-    "-q",
-    "The customer wants money back",
-    "--type",
-    "predicate",
-     "--json"])
+    result = runner.invoke(
+        app, ["decide", TICKET, "-q", "The customer wants money back", "--type", "predicate", "--json"]
+    )
     assert result.exit_code == 0, result.output
     assert 0 < json.loads(result.output)["probability"] < 1
-    result = runner.invoke(app, ["decide", TICKET, "-q", "How urgent?", "--type",
-                           "score", "-o", "low", "-o", "high", "--json"])
+    result = runner.invoke(
+        app, ["decide", TICKET, "-q", "How urgent?", "--type", "score", "-o", "low", "-o", "high", "--json"]
+    )
     assert result.exit_code == 0, result.output
     assert 0 <= json.loads(result.output)["score"] <= 1
 
@@ -59,8 +55,26 @@ def test_bad_input_is_a_clear_error_not_a_traceback():
 
 
 def test_prior_correction_and_rotations_from_the_cli():
-    result = runner.invoke(app, ["decide", TICKET, "-q", "Which team?", "-o", "billing", "-o", "sales", "-o", "legal",
-                                 "--mode", "labels", "--rotations", "3", "--prior-correction"])
+    result = runner.invoke(
+        app,
+        [
+            "decide",
+            TICKET,
+            "-q",
+            "Which team?",
+            "-o",
+            "billing",
+            "-o",
+            "sales",
+            "-o",
+            "legal",
+            "--mode",
+            "labels",
+            "--rotations",
+            "3",
+            "--prior-correction",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "prior-corrected, 3 rotations" in " ".join(result.output.split())
     result = runner.invoke(app, ["decide", TICKET, "-q", "Which team?", "-o", "a", "-o", "b", "--rotations", "3"])
@@ -72,10 +86,11 @@ def test_models_lists_every_bundled_model():
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.output)}
     assert set(rows) >= {
-    "qwen2.5-coder-1.5b-instruct",
-    "qwen2.5-coder-0.5b-instruct",
-    "smollm2-135m-instruct",
-     "gemma-3-270m"}
+        "qwen2.5-coder-1.5b-instruct",
+        "qwen2.5-coder-0.5b-instruct",
+        "smollm2-135m-instruct",
+        "gemma-3-270m",
+    }
     assert rows["smollm2-135m-instruct"]["state"] == "ready"
     assert rows["gemma-3-270m"]["kind"] == "base"
     assert rows["qwen2.5-coder-1.5b-instruct"]["licence"] == "Apache-2.0"
@@ -92,8 +107,9 @@ def test_bench_outside_a_checkout_asks_for_data_and_tasks_are_packaged(monkeypat
     assert result.exit_code == 2 and "pass --data FILE" in result.output
     assert {"agnews", "sst2", "banking77", "banking77-phrases"} <= set(packaged_tasks())
     assert load_task("agnews").name == load_task("agnews.yaml").name == "agnews-topic"
-    result = runner.invoke(app, ["bench", "--data", str(tmp_path), "--task",
-                           "no-such-task", "--out", str(tmp_path / "o")])
+    result = runner.invoke(
+        app, ["bench", "--data", str(tmp_path), "--task", "no-such-task", "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code == 2 and "packaged task" in result.output
 
 
@@ -102,8 +118,13 @@ def test_help_names_the_default_in_force_and_is_not_cut(monkeypatch):
     import sys
 
     env = {**__import__("os").environ, "LLAMADECIDE_DEFAULT_MODEL": "qwen2.5-coder-0.5b-instruct"}
-    shown = subprocess.run([sys.executable, "-m", "llamadecide.cli.main", "serve", "--help"], capture_output=True,
-                           text=True, env=env, timeout=60).stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "llamadecide.cli.main", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    ).stdout
     assert "qwen2.5-coder-0.5b-instruct" in shown and "1.5b" not in shown and "…" not in shown
 
 
@@ -111,6 +132,7 @@ def test_option_text_is_not_read_as_markup_and_scores_show_level_names():
     result = runner.invoke(app, ["decide", TICKET, "-q", "Which team?", "-o", "[billing]", "-o", "[bold]support"])
     assert result.exit_code == 0, result.output
     assert "[billing]" in result.output and "[bold]support" in result.output
-    result = runner.invoke(app, ["decide", TICKET, "-q", "How urgent?", "--type", "score", "-o", "low", "-o", "medium",
-                                 "-o", "high"])
+    result = runner.invoke(
+        app, ["decide", TICKET, "-q", "How urgent?", "--type", "score", "-o", "low", "-o", "medium", "-o", "high"]
+    )
     assert result.exit_code == 0 and all(level in result.output for level in ("low", "medium", "high"))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from llamadecide.decisions import Decider, Scoring, choice, maths, predicate, score
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.rotations import rotate
 from llamadecide.decisions.rules import Demonstration, Head
 from llamadecide.errors import InvalidRequestError
@@ -20,7 +21,7 @@ def test_prior_correction_divides_out_the_content_free_answer(engine):
     question = choice("What is the topic of this news article?", TOPIC)
     plain = decider.decide(NEWS, [question]).answers[0]
     corrected = decider.decide(NEWS, [question], scoring=Scoring(prior_correction=True)).answers[0]
-    rows, _ = decider.content_free_scores(question)
+    rows, _ = Measurer(engine).content_free_scores(question)
     assert rows.shape == (len(maths.CONTENT_FREE_INPUTS), len(TOPIC))
     prior = maths.content_free_prior(rows)
     # Exactly softmax(log p - log p_cf): the raw log-likelihoods are reported unchanged.
@@ -35,12 +36,12 @@ def test_prior_correction_divides_out_the_content_free_answer(engine):
 def test_the_content_free_answers_do_not_depend_on_what_the_cache_held(engine):
     decider = Decider(engine)
     question = choice("What is the topic of this news article?", TOPIC)
-    first, _ = decider.content_free_scores(question)
+    first, _ = Measurer(engine).content_free_scores(question)
     decider.decide(NEWS, [question, predicate("The article is about money.")])
     decider.decide("Another story entirely, about football and the weather.", [question], scoring=Scoring(rotations=2))
     shown = (Demonstration("Stocks fell sharply on Monday.", 2), Demonstration("The striker scored twice.", 1))
     decider.decide(NEWS, [question], scoring=Scoring(demonstrations=shown))  # pins a prefix sharing the system turn
-    again, _ = decider.content_free_scores(question)
+    again, _ = Measurer(engine).content_free_scores(question)
     engine.clear_cache()
     assert np.array_equal(first, again)
 
@@ -80,8 +81,10 @@ def test_full_rotation_makes_the_answer_independent_of_option_order(engine):
     assert [by_value[o.value] for o in base.options] == pytest.approx(base.probabilities, abs=LAYOUT_NOISE_PROBABILITY)
     plain = decider.decide(NEWS, [question]).answers[0]
     plain_shifted = decider.decide(NEWS, [rotate(question, 1)]).answers[0]
-    unrotated_gap = max(abs(a - {o.value: o.probability for o in plain_shifted.options}[o.value])
-                        for a, o in zip(plain.probabilities, plain.options))
+    unrotated_gap = max(
+        abs(a - {o.value: o.probability for o in plain_shifted.options}[o.value])
+        for a, o in zip(plain.probabilities, plain.options)
+    )
     rotated_gap = max(abs(a - by_value[o.value]) for a, o in zip(base.probabilities, base.options))
     assert rotated_gap < unrotated_gap  # the tiny model is order-biased; rotations remove it
 
@@ -132,12 +135,8 @@ def test_a_head_reads_log_likelihoods_and_the_hidden_state(engine):
     hidden = engine.hidden_state(engine.tokenize_prompt(engine.render_chat(build_messages(NEWS, question))))
     features = maths.head_features(np.array([o.logprob for o in answer.options]), hidden)
     assert answer.probabilities == pytest.approx(
-    list(
-        maths.head_probabilities(
-            features,
-            head.weights,
-            head.intercept)),
-             abs=1e-9)
+        list(maths.head_probabilities(features, head.weights, head.intercept)), abs=1e-9
+    )
     wrong = Head(np.zeros((len(TOPIC), width + 1)), np.zeros(len(TOPIC)))
     with pytest.raises(InvalidRequestError, match="fitted for another model"):
         decider.decide(NEWS, [question], scoring=Scoring(head=wrong))
@@ -154,6 +153,11 @@ def test_an_answer_does_not_depend_on_the_other_questions_or_their_order(engine)
     beside = decider.decide(text, [refund, team, anger]).answers[2].probabilities
     reordered = decider.decide(text, [anger, refund, team]).answers[0].probabilities
     engine.clear_cache()
-    renamed = decider.decide(text, [score("How frustrated is the customer?", ["Calm", "Frustrated", "Very angry"],
-                                          name="q-2")]).answers[0].probabilities
+    renamed = (
+        decider.decide(
+            text, [score("How frustrated is the customer?", ["Calm", "Frustrated", "Very angry"], name="q-2")]
+        )
+        .answers[0]
+        .probabilities
+    )
     assert alone == beside == reordered == renamed  # bit-identical, not merely close

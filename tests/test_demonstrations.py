@@ -14,6 +14,7 @@ from llamadecide.calibration.profile import CalibrationProfile, DemonstrationPar
 from llamadecide.calibration.run import calibrate
 from llamadecide.calibration.variants import choose_demonstrations, score_variants
 from llamadecide.decisions import Decider, Scoring, choice, predicate
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import build_messages
 from llamadecide.decisions.rotations import rotate
 from llamadecide.decisions.rotations import shown as _shown
@@ -49,12 +50,13 @@ def test_k_shot_scores_are_exact_and_the_demonstrations_matter(engine):
     decider = Decider(engine)
     rule = Scoring(demonstrations=SHOWN)
     answer = decider.decide(REVIEW, [SENTIMENT], scoring=rule).answers[0]
-    naive = decider.decide_naive(REVIEW, SENTIMENT, scoring=rule)
+    naive = Measurer(engine).decide_naive(REVIEW, SENTIMENT, scoring=rule)
     # Same prompt, batched against one option per full evaluation: equal within the layout noise.
     assert [o.logprob for o in answer.options] == pytest.approx([o.logprob for o in naive.options], abs=LAYOUT_NOISE)
     zero_shot = decider.decide(REVIEW, [SENTIMENT]).answers[0]
     assert max(abs(a.logprob - b.logprob) for a, b in zip(answer.options, zero_shot.options)) > 1e-2
-    again = decider.scores(REVIEW, SENTIMENT, demonstrations=SHOWN)[0]  # after other prompts: same within the noise
+    # after other prompts: the same within the noise
+    again = Measurer(engine).scores(REVIEW, SENTIMENT, demonstrations=SHOWN)[0]
     assert again == pytest.approx([o.logprob for o in answer.options], abs=LAYOUT_NOISE)
 
 
@@ -94,7 +96,7 @@ def test_the_prior_is_taken_after_the_same_demonstrations(engine):
     plain = decider.prior(SENTIMENT, Scoring(prior_correction=True))
     shown = decider.prior(SENTIMENT, Scoring(prior_correction=True, demonstrations=SHOWN))
     assert not np.allclose(plain, shown, atol=1e-3)
-    rows, _ = decider.content_free_scores(SENTIMENT, demonstrations=SHOWN)
+    rows, _ = Measurer(engine).content_free_scores(SENTIMENT, demonstrations=SHOWN)
     assert shown == pytest.approx(np.log(np.exp(rows - np.logaddexp.reduce(rows, axis=1, keepdims=True)).mean(0)))
 
 
@@ -136,16 +138,13 @@ class RecordingBackend:
             self.calls.append((text, tuple(d.input for d in demonstrations)))
         return ItemScores([-1.0 - len(demonstrations), -2.0], [1, 1])
 
-    def score_many(self, texts, question, *, rotations=1, hidden=False, demonstrations=(), layout="llamadecide-1",
-                   answers=True):
+    def score_many(
+        self, texts, question, *, rotations=1, hidden=False, demonstrations=(), layout="llamadecide-1", answers=True
+    ):
         return [
-    self.score(
-        t,
-        question,
-        rotations=rotations,
-        hidden=hidden,
-        demonstrations=demonstrations,
-         layout=layout) for t in texts]
+            self.score(t, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations, layout=layout)
+            for t in texts
+        ]
 
     def content_free(self, question, *, rotations=1, demonstrations=(), layout="llamadecide-1"):
         return np.zeros((2, 2)), None
@@ -157,8 +156,15 @@ def test_calibration_scores_a_demonstration_with_the_others_only(tmp_path):
     backend = RecordingBackend()
     cache = ScoreCache(tmp_path / "cache.sqlite")
     used = np.arange(12)
-    scored = score_variants(backend, task, items, used, RunConfig(out_dir=tmp_path, shots=2, head=False,
-                                                                  layouts=("llamadecide-1",)), cache, pool=np.arange(8))
+    scored = score_variants(
+        backend,
+        task,
+        items,
+        used,
+        RunConfig(out_dir=tmp_path, shots=2, head=False, layouts=("llamadecide-1",)),
+        cache,
+        pool=np.arange(8),
+    )
     cache.close()
     [plain, shot] = scored
     assert (plain.shots, shot.shots) == (0, 2)
@@ -173,16 +179,9 @@ def test_calibration_scores_a_demonstration_with_the_others_only(tmp_path):
     # Without a pool (or with a backend that cannot show them) there is no k-shot variant.
     cache = ScoreCache(tmp_path / "cache2.sqlite")
     assert [
-    v.shots for v in score_variants(
-        backend,
-        task,
-        items,
-        used,
-        RunConfig(
-            out_dir=tmp_path,
-            shots=2,
-            head=False),
-             cache)] == [0]
+        v.shots
+        for v in score_variants(backend, task, items, used, RunConfig(out_dir=tmp_path, shots=2, head=False), cache)
+    ] == [0]
     cache.close()
 
 
@@ -195,12 +194,23 @@ def test_question_first_demonstrations_are_never_scored_nor_fitted_on(tmp_path):
     items = [LabelledItem(id=str(i), text=f"item {i}", label=str(i % 2)) for i in range(12)]
     backend = RecordingBackend()
     cache = ScoreCache(tmp_path / "cache.sqlite")
-    scored = score_variants(backend, task, items, np.arange(12), RunConfig(out_dir=tmp_path, head=False,
-                                                                          shots_per_class=(0, 2)), cache,
-                            pool=np.arange(8))
+    scored = score_variants(
+        backend,
+        task,
+        items,
+        np.arange(12),
+        RunConfig(out_dir=tmp_path, head=False, shots_per_class=(0, 2)),
+        cache,
+        pool=np.arange(8),
+    )
     cache.close()
-    assert [(v.layout, v.shots) for v in scored] == [("llamadecide-1", 0), ("llamadecide-2", 0), ("llamadecide-2", 4),
-                                                     ("llamadecide-3", 0), ("llamadecide-3", 4)]
+    assert [(v.layout, v.shots) for v in scored] == [
+        ("llamadecide-1", 0),
+        ("llamadecide-2", 0),
+        ("llamadecide-2", 4),
+        ("llamadecide-3", 0),
+        ("llamadecide-3", 4),
+    ]
     many = list(scored)[2]
     shown = scored[many].shown
     assert len(shown) == 4 and set(shown) <= set(range(8)) and list(demonstration_items(scored)) == sorted(shown)
@@ -210,22 +220,34 @@ def test_question_first_demonstrations_are_never_scored_nor_fitted_on(tmp_path):
 
 
 def test_a_profile_checks_its_demonstrations():
-    base = dict(name="x", created="", model_sha256="0" * 64, prompt_format="llamadecide-1",
-                task={"type": "predicate", "instructions": "x", "options": [True, False]}, mode="text",
-                calibrator="none", length_normalize=False, temperature=1.0, target_precision=0.9,
-                confidence_level=0.95, dataset_fingerprint="", metrics={})
+    base = dict(
+        name="x",
+        created="",
+        model_sha256="0" * 64,
+        prompt_format="llamadecide-1",
+        task={"type": "predicate", "instructions": "x", "options": [True, False]},
+        mode="text",
+        calibrator="none",
+        length_normalize=False,
+        temperature=1.0,
+        target_precision=0.9,
+        confidence_level=0.95,
+        dataset_fingerprint="",
+        metrics={},
+    )
     with pytest.raises(ValueError, match="answers option 2; the task has 2"):
         CalibrationProfile(**base, demonstrations=[DemonstrationParams(input="a", option=2)])
-    profile = CalibrationProfile(**base, method="prior-corrected", prior_correction=True,
-                                 demonstrations=[DemonstrationParams(input="a", option=1)])
+    profile = CalibrationProfile(
+        **base,
+        method="prior-corrected",
+        prior_correction=True,
+        demonstrations=[DemonstrationParams(input="a", option=1)],
+    )
     assert profile.scoring().demonstrations == (Demonstration("a", 1),)
     assert profile.method_label == "1-shot, prior-corrected"
-    assert CalibrationProfile(
-    **base,
-    demonstrations=[
-        DemonstrationParams(
-            input="a",
-             option=0)]).method_label == "1-shot"
+    assert (
+        CalibrationProfile(**base, demonstrations=[DemonstrationParams(input="a", option=0)]).method_label == "1-shot"
+    )
     assert CalibrationProfile(**base).method_label == "zero-shot"
     fixed = CalibrationProfile(**base, method="prior-corrected", prior_correction=True, prior=[-0.4, -1.1])
     assert fixed.scoring().prior == (-0.4, -1.1) and fixed.scoring().prior_correction
@@ -242,19 +264,33 @@ def test_a_served_k_shot_profile_answers_as_the_library_does(engine, tmp_path):
 
     question = predicate("The movie review is positive.")
     profile = CalibrationProfile(
-        name="sst2-2-shot", created="2026-12-03T00:00:00+00:00", model_sha256=engine.model_sha256,
-        prompt_format="llamadecide-1", task={"type": "predicate", "instructions": question.instructions,
-                                             "options": [True, False]},
-        mode="text", calibrator="none", length_normalize=False, temperature=1.0, threshold=0.6,
+        name="sst2-2-shot",
+        created="2026-12-03T00:00:00+00:00",
+        model_sha256=engine.model_sha256,
+        prompt_format="llamadecide-1",
+        task={"type": "predicate", "instructions": question.instructions, "options": [True, False]},
+        mode="text",
+        calibrator="none",
+        length_normalize=False,
+        temperature=1.0,
+        threshold=0.6,
         demonstrations=[DemonstrationParams(input=d.input, option=d.option) for d in SHOWN],
-        target_precision=0.9, confidence_level=0.95, dataset_fingerprint="test", metrics={})
+        target_precision=0.9,
+        confidence_level=0.95,
+        dataset_fingerprint="test",
+        metrics={},
+    )
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     profile.save(profiles / "p.json")
     engine.clear_cache()  # as the fresh server: the same KV layout
     expected = Decider(engine).decide(REVIEW, [question], scoring=Scoring(demonstrations=SHOWN)).answers[0].probability
-    body = {"model": "m", "input": REVIEW, "llamadecide": {"profile": "sst2-2-shot"},
-            "questions": [{"type": "predicate", "instructions": question.instructions}]}
+    body = {
+        "model": "m",
+        "input": REVIEW,
+        "llamadecide": {"profile": "sst2-2-shot"},
+        "questions": [{"type": "predicate", "instructions": question.instructions}],
+    }
     with ServerProcess("--profiles-dir", str(profiles)) as server:
         answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120).json()["answers"][0]
     assert answer["method"] == "2-shot" and answer["calibrated"] is True

@@ -29,7 +29,7 @@ def test_call_shapes_are_deterministic(n, limit):
         for call in calls:
             rows = call.end - call.start
             assert rows + call.padding >= MIN_CALL_ROWS and rows <= limit
-            wanted = sum(outputs[call.start:call.end]) + len(call.extra_outputs)
+            wanted = sum(outputs[call.start : call.end]) + len(call.extra_outputs)
             assert all(not outputs[i] and call.start <= i < call.end for i in call.extra_outputs)
             if wanted:
                 assert wanted + call.padding >= MIN_CALL_ROWS
@@ -47,9 +47,17 @@ def _requests(engine: Engine) -> list[tuple[str, list, Scoring, float]]:
     teams = ["billing", "technical support", "sales", "account security", "shipping", "returns"]
     ticket = "I was charged twice for my subscription this month and I want a refund for the second payment."
     long_state = " ".join(f"Line {i}: the parcel left the depot, was scanned twice and then lost." for i in range(40))
-    shots = tuple(Demonstration(text, option) for text, option in [
-        ("My card was charged twice.", 0), ("The app crashes on start.", 1), ("Do you sell gift cards?", 2),
-        ("Someone logged into my account.", 3), ("Where is my parcel? " * 30, 4), ("I want to send it back.", 5)])
+    shots = tuple(
+        Demonstration(text, option)
+        for text, option in [
+            ("My card was charged twice.", 0),
+            ("The app crashes on start.", 1),
+            ("Do you sell gift cards?", 2),
+            ("Someone logged into my account.", 3),
+            ("Where is my parcel? " * 30, 4),
+            ("I want to send it back.", 5),
+        ]
+    )
     intents = choice("Which banking intent is this?", _intents())
     return [
         (ticket, [choice("Which team?", teams[:2])], Scoring(), 0.0),
@@ -59,13 +67,27 @@ def _requests(engine: Engine) -> list[tuple[str, list, Scoring, float]]:
         (ticket, [choice("Which team?", teams[:4], mode="labels")], Scoring(rotations=2), 0.0),
         (ticket, [choice("Which team?", teams)], Scoring(layout="llamadecide-2"), 0.0),
         (long_state, [choice("Which team?", teams)], Scoring(layout="llamadecide-3", demonstrations=shots), 0.0),
-        ("Where is my parcel?", [choice("Which team?", teams)],
-         Scoring(layout="llamadecide-2", demonstrations=shots), 0.0),
-        (ticket, [choice("Which team?", teams)],
-         Scoring(layout="llamadecide-3", head=Head(rng.normal(scale=0.05, size=(6, width)), rng.normal(size=6),
-                                                   features=maths.HIDDEN_ONLY)), 0.0),
-        (ticket, [choice("Which team?", teams[:3])],
-         Scoring(head=Head(rng.normal(scale=0.05, size=(3, 3 + width)), rng.normal(size=3))), 0.0),
+        (
+            "Where is my parcel?",
+            [choice("Which team?", teams)],
+            Scoring(layout="llamadecide-2", demonstrations=shots),
+            0.0,
+        ),
+        (
+            ticket,
+            [choice("Which team?", teams)],
+            Scoring(
+                layout="llamadecide-3",
+                head=Head(rng.normal(scale=0.05, size=(6, width)), rng.normal(size=6), features=maths.HIDDEN_ONLY),
+            ),
+            0.0,
+        ),
+        (
+            ticket,
+            [choice("Which team?", teams[:3])],
+            Scoring(head=Head(rng.normal(scale=0.05, size=(3, 3 + width)), rng.normal(size=3))),
+            0.0,
+        ),
         ("My card has not arrived yet.", [intents], Scoring(), 0.0),
         ("My card has not arrived yet.", [intents], Scoring(layout="llamadecide-3"), 0.2),
     ]
@@ -100,23 +122,24 @@ def test_answers_do_not_depend_on_server_history():
                     assert np.abs(np.array(a) - np.array(b)).max() <= EXACT, (step, index)
                 checked += 1
             elif kind == "chat":
-                words = " ".join(rng.choice(["tell", "me", "about", "the", "sea",
-                                 "and", "sky"], size=int(rng.integers(3, 60))))
+                words = " ".join(
+                    rng.choice(["tell", "me", "about", "the", "sea", "and", "sky"], size=int(rng.integers(3, 60)))
+                )
                 prompt = engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": words}]))
                 list(engine.generate(prompt, SamplingParams(max_tokens=int(rng.integers(1, 12)), temperature=0.0)))
             elif kind == "pin":
                 text = "Background: " + "the shop opens at nine. " * int(rng.integers(5, 120))
-                assert engine.pin_prefix(engine.tokenize_prompt(
-                    engine.render_chat([{"role": "system", "content": text}])))
+                assert engine.pin_prefix(
+                    engine.tokenize_prompt(engine.render_chat([{"role": "system", "content": text}]))
+                )
             else:
                 words = "word " * int(rng.integers(300, 1400))
                 prompt = engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": words}]))[
-                                                : engine.max_sequence - 4]
+                    : engine.max_sequence - 4
+                ]
                 engine.score_continuations(
-    prompt, [
-        engine.tokenize(
-            " yes", special=False), engine.tokenize(
-                " no", special=False)])
+                    prompt, [engine.tokenize(" yes", special=False), engine.tokenize(" no", special=False)]
+                )
         assert checked >= 20
     finally:
         engine.close()

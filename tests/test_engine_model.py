@@ -53,8 +53,9 @@ def test_stop_string_ends_generation_without_emitting_it(engine):
 
 
 def test_logprobs_are_reported(engine):
-    _, _, tokens = generate(engine, chat(engine, "Say yes."), max_tokens=3,
-                            temperature=0.0, top_logprobs=3, logprobs=True)
+    _, _, tokens = generate(
+        engine, chat(engine, "Say yes."), max_tokens=3, temperature=0.0, top_logprobs=3, logprobs=True
+    )
     first = tokens[0]
     assert first.logprob is not None and first.logprob <= 0
     assert len(first.top_logprobs) == 3 and first.top_logprobs[0][0] == first.token  # greedy picks the top

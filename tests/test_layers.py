@@ -9,11 +9,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "src" / "llamadecide"
 
 # Packages from the bottom up; a package may import its own layer and those below.
-PACKAGES = {"errors": 0, "aws": 1, "engine": 1, "decisions": 2, "settings": 3, "calibration": 3, "bulk": 4, "server": 4,
-            "sagemaker": 5, "bench": 5, "cli": 6}
+PACKAGES = {
+    "errors": 0,
+    "aws": 1,
+    "engine": 1,
+    "decisions": 2,
+    "settings": 3,
+    "calibration": 3,
+    "bulk": 4,
+    "server": 4,
+    "sagemaker": 5,
+    "bench": 5,
+    "cli": 6,
+}
 # Inside the engine, module by module.
-ENGINE = {"config": 0, "trie": 0, "model_files": 0, "chat_template": 0, "batches": 1, "tokenizer": 1, "kv_cache": 2,
-          "scoring": 3, "generation": 3, "batched": 4, "llama_engine": 5, "__init__": 6}
+ENGINE = {
+    "config": 0,
+    "trie": 0,
+    "model_files": 0,
+    "chat_template": 0,
+    "batches": 1,
+    "tokenizer": 1,
+    "kv_cache": 2,
+    "scoring": 3,
+    "generation": 3,
+    "batched": 4,
+    "llama_engine": 5,
+    "__init__": 6,
+}
 
 
 def _imports(path: Path) -> list[list[str]]:
@@ -43,8 +66,12 @@ def test_engine_modules_import_downward():
     upward = []
     for path in (ROOT / "engine").glob("*.py"):
         for target in _imports(path):
-            if target[0] == "engine" and len(target) > 1 and ENGINE[target[1]
-                                             ] >= ENGINE[path.stem] and target[1] != path.stem:
+            if (
+                target[0] == "engine"
+                and len(target) > 1
+                and ENGINE[target[1]] >= ENGINE[path.stem]
+                and target[1] != path.stem
+            ):
                 if not (path.stem == "__init__"):
                     upward.append(f"engine/{path.name} imports engine.{target[1]}")
     assert not upward, upward

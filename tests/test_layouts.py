@@ -9,18 +9,22 @@ import pytest
 
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.decisions import Decider, Scoring, choice, predicate
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import INPUT_LAST, PROMPT_FORMAT_VERSION, QUESTION_FIRST, build_messages
 from llamadecide.decisions.rules import Demonstration
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
 from llamadecide.errors import ContextOverflowError, InvalidRequestError, ProfileMismatchError
 
 FIRST = Scoring(layout=QUESTION_FIRST)
-TEAMS = choice("Which team should handle this ticket?", ["billing", "technical support", "account security", "sales"],
-               name="team")
+TEAMS = choice(
+    "Which team should handle this ticket?", ["billing", "technical support", "account security", "sales"], name="team"
+)
 ANGRY = predicate("The customer is angry.", name="angry")
-TICKETS = ["I was charged twice this month.",
+TICKETS = [
+    "I was charged twice this month.",
     "The app crashes when I open settings.",
-     "Someone logged into my account."]
+    "Someone logged into my account.",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +96,7 @@ def test_the_layout_changes_the_numbers_not_the_sums(engine):
     question_first = decider.decide(TICKETS[0], [TEAMS], scoring=FIRST).answers[0]
     assert logprobs(state_first) != logprobs(question_first)
     assert sum(question_first.probabilities) == pytest.approx(1.0)
-    naive = decider.decide_naive(TICKETS[0], TEAMS, scoring=FIRST)
+    naive = Measurer(engine).decide_naive(TICKETS[0], TEAMS, scoring=FIRST)
     # within llama.cpp's KV-layout noise of the from-scratch evaluation (the prefix comes from a pin,
     # other cells); a misplaced or missing token would move them by far more
     assert np.abs(np.array(question_first.probabilities) - np.array(naive.probabilities)).max() <= 0.1
@@ -125,8 +129,9 @@ def test_a_full_pin_store_evicts_the_least_recently_used_and_big_prefixes_still_
             decider.decide(TICKETS[0], [question], scoring=FIRST)
             prefixes.append(small.pinned[-1])
         assert small.pinned == prefixes[1:]  # two sequences: the least recently used gave way
-        many = choice("Which of these very many teams should handle it?",
-                      [f"team number {i} of the company" for i in range(40)])
+        many = choice(
+            "Which of these very many teams should handle it?", [f"team number {i} of the company" for i in range(40)]
+        )
         answer = decider.decide(TICKETS[0], [many], scoring=FIRST).answers[0]  # prefix over the 400-cell limit
         assert sum(answer.probabilities) == pytest.approx(1.0)
         assert all(len(p) < 400 for p in small.pinned)
@@ -147,10 +152,21 @@ def test_a_prefix_too_large_for_the_context_is_a_clear_error_naming_the_question
 
 
 def test_a_profile_keeps_its_layout_and_an_unknown_format_is_refused(tmp_path):
-    profile = CalibrationProfile(name="p", created="now", model_sha256="a" * 64, prompt_format=QUESTION_FIRST,
-                                 task={"type": "choice", "instructions": "Which?", "options": ["x", "y"]}, mode="text",
-                                 calibrator="none", length_normalize=False, temperature=1.0, target_precision=0.9,
-                                 confidence_level=0.95, dataset_fingerprint="", metrics={})
+    profile = CalibrationProfile(
+        name="p",
+        created="now",
+        model_sha256="a" * 64,
+        prompt_format=QUESTION_FIRST,
+        task={"type": "choice", "instructions": "Which?", "options": ["x", "y"]},
+        mode="text",
+        calibrator="none",
+        length_normalize=False,
+        temperature=1.0,
+        target_precision=0.9,
+        confidence_level=0.95,
+        dataset_fingerprint="",
+        metrics={},
+    )
     assert profile.scoring().layout == QUESTION_FIRST
     profile.check_bound_to("a" * 64, (PROMPT_FORMAT_VERSION, QUESTION_FIRST))
     future = profile.model_copy(update={"prompt_format": "llamadecide-9"})
@@ -164,29 +180,42 @@ def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
     from llamadecide.bench import layouts
 
     out = tmp_path / "layouts.json"
-    assert layouts.main(["--model",
-    "smollm2-135m-instruct",
-    "--dataset",
-    "sst2",
-    "--items",
-    "3",
-    "--n-ctx",
-    "4096",
-    "--shots-per-class",
-    "1",
-    "--head-labels",
-    "12",
-    "--epsilon",
-    "0.001",
-    "--json",
-     str(out)]) == 0
+    assert (
+        layouts.main(
+            [
+                "--model",
+                "smollm2-135m-instruct",
+                "--dataset",
+                "sst2",
+                "--items",
+                "3",
+                "--n-ctx",
+                "4096",
+                "--shots-per-class",
+                "1",
+                "--head-labels",
+                "12",
+                "--epsilon",
+                "0.001",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())["rows"]
     head = "head, hidden state + lexical (12 labels)"
     assert [(r["layout"], r["shots"], r["method"]) for r in rows] == [
-        (PROMPT_FORMAT_VERSION, 0, "zero-shot"), (QUESTION_FIRST, 0, "zero-shot"), (QUESTION_FIRST, 0, head),
-        (QUESTION_FIRST, 2, "zero-shot"), (QUESTION_FIRST, 2, head),
-        (INPUT_LAST, 0, "zero-shot"), (INPUT_LAST, 0, head),
-        (INPUT_LAST, 2, "zero-shot"), (INPUT_LAST, 2, head)]
+        (PROMPT_FORMAT_VERSION, 0, "zero-shot"),
+        (QUESTION_FIRST, 0, "zero-shot"),
+        (QUESTION_FIRST, 0, head),
+        (QUESTION_FIRST, 2, "zero-shot"),
+        (QUESTION_FIRST, 2, head),
+        (INPUT_LAST, 0, "zero-shot"),
+        (INPUT_LAST, 0, head),
+        (INPUT_LAST, 2, "zero-shot"),
+        (INPUT_LAST, 2, head),
+    ]
     for row in rows:
         assert row["dataset"] == "sst2" and row["decode_calls"] == 1.0 and row["p50_s"] > 0
         assert 0 <= row["accuracy"] <= 1 and row["rows_per_request"] > 0
@@ -195,3 +224,48 @@ def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
     assert max(r["rows_per_request"] for r in rows[1:]) < rows[0]["rows_per_request"]
     for plain, headed in zip(rows[1::2], rows[2::2]):  # the head evaluates the prompt alone: no answer trie
         assert headed["rows_per_request"] < plain["rows_per_request"]
+
+
+def test_the_head_formats_show_no_options_and_the_input_only_one_is_the_same_for_every_question():
+    from llamadecide.decisions.prompt import INPUT_ONLY, INSTRUCTIONS_ONLY
+
+    without = build_messages("first input", TEAMS, (), INSTRUCTIONS_ONLY)
+    full = build_messages("first input", TEAMS, (), INPUT_LAST)
+    assert without[-1] == full[-1]  # the same last turn as llamadecide-3
+    assert "account security" in full[1]["content"] and "account security" not in without[1]["content"]
+    assert TEAMS.instructions in without[1]["content"]
+    alone = build_messages("first input", TEAMS, (), INPUT_ONLY)
+    assert alone == build_messages("first input", ANGRY, (), INPUT_ONLY)  # no question in it at all
+    assert [m["role"] for m in alone] == ["system", "user"] and alone[-1]["content"] == "Input:\nfirst input"
+    with pytest.raises(InvalidRequestError, match="no demonstrations"):
+        build_messages("x", TEAMS, [("shown", "billing")], INPUT_ONLY)
+
+
+def test_heads_on_the_input_only_format_share_one_hidden_state_per_request(engine):
+    """Two heads on `llamadecide-5` about one input read one hidden state: the request evaluates the
+    rows and calls of one question (counted), and each head answers what it answers alone."""
+    from llamadecide.decisions import Head, maths
+    from llamadecide.decisions.prompt import INPUT_ONLY
+
+    width = int(engine.metadata["llama.embedding_length"])
+    rng = np.random.default_rng(1)
+
+    def head(k: int) -> Scoring:
+        weights = rng.normal(scale=0.05, size=(k, width))
+        return Scoring(layout=INPUT_ONLY, head=Head(weights, rng.normal(size=k), features=maths.HIDDEN_ONLY))
+
+    rules = [head(4), head(2)]
+    decider = Decider(engine)
+
+    def counted(questions, scoring):
+        engine.clear_cache()
+        before = dict(engine.counters)
+        decision = decider.decide(TICKETS[0], questions, scoring=scoring)
+        return decision, {key: engine.counters[key] - before[key] for key in ("rows", "decode_calls")}
+
+    alone = [counted([q], r)[0].answers[0] for q, r in zip((TEAMS, ANGRY), rules)]
+    _, one = counted([TEAMS], rules[0])
+    both, work = counted([TEAMS, ANGRY], rules)
+    assert work == one
+    for a, b in zip(alone, both.answers):
+        assert np.abs(np.array(a.probabilities) - np.array(b.probabilities)).max() <= 1e-6

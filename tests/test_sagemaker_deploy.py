@@ -19,8 +19,11 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llamadecide:cpu"
 
 @pytest.fixture()
 def aws(monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
         monkeypatch.setenv(key, value)
     with mock_aws():
         boto3.client("s3", region_name=REGION).create_bucket(Bucket="models")
@@ -33,9 +36,16 @@ def deployer(aws):
 
 
 def spec(**kw):
-    base = dict(name="ld-test", image_uri=IMAGE, role_arn=ROLE, model_data_url="s3://models/ld/model.tar.gz",
-                instance_type="ml.c5.xlarge", instance_count=2, startup_timeout_s=900,
-                environment=container_environment(n_ctx=2048, n_gpu_layers=0, threads=4))
+    base = dict(
+        name="ld-test",
+        image_uri=IMAGE,
+        role_arn=ROLE,
+        model_data_url="s3://models/ld/model.tar.gz",
+        instance_type="ml.c5.xlarge",
+        instance_count=2,
+        startup_timeout_s=900,
+        environment=container_environment(n_ctx=2048, n_gpu_layers=0, threads=4),
+    )
     base.update(kw)
     return EndpointSpec(**base)
 
@@ -59,27 +69,27 @@ def test_upload_and_create_pass_every_argument(deployer, tmp_path):
     assert boto3.client("s3").get_object(Bucket="models", Key="ld/model.tar.gz")["Body"].read() == b"archive"
     result = deployer.create(spec(), wait=False)
     assert result == {
-    "endpoint": "ld-test",
-    "model": "ld-test-model",
-    "endpoint_config": "ld-test-config",
-     "status": "Creating"}
+        "endpoint": "ld-test",
+        "model": "ld-test-model",
+        "endpoint_config": "ld-test-config",
+        "status": "Creating",
+    }
     sm = boto3.client("sagemaker")
     model = sm.describe_model(ModelName="ld-test-model")
     assert model["ExecutionRoleArn"] == ROLE
     assert model["PrimaryContainer"]["Image"] == IMAGE
     assert model["PrimaryContainer"]["ModelDataUrl"] == "s3://models/ld/model.tar.gz"
     assert model["PrimaryContainer"]["Environment"] == {
-    "SM_LLAMA_CPP_CTX_SIZE": "2048",
-    "SM_LLAMA_CPP_N_GPU_LAYERS": "0",
-     "SM_LLAMA_CPP_THREADS": "4"}
+        "SM_LLAMA_CPP_CTX_SIZE": "2048",
+        "SM_LLAMA_CPP_N_GPU_LAYERS": "0",
+        "SM_LLAMA_CPP_THREADS": "4",
+    }
     variant = sm.describe_endpoint_config(EndpointConfigName="ld-test-config")["ProductionVariants"][0]
-    assert (
-    variant["ModelName"],
-    variant["InstanceType"],
-    variant["InitialInstanceCount"]) == (
+    assert (variant["ModelName"], variant["InstanceType"], variant["InitialInstanceCount"]) == (
         "ld-test-model",
         "ml.c5.xlarge",
-         2)
+        2,
+    )
     assert sm.describe_endpoint(EndpointName="ld-test")["EndpointConfigName"] == "ld-test-config"
 
 
@@ -90,7 +100,9 @@ def test_wait_polls_until_in_service_and_reports_failure(deployer):
     deployer.sleep = slept.append
     assert deployer.wait("ld-test") == "InService" and len(slept) == 2
     deployer.sagemaker.describe_endpoint = lambda **kw: {
-    "EndpointStatus": "Failed", "FailureReason": "ping did not answer"}
+        "EndpointStatus": "Failed",
+        "FailureReason": "ping did not answer",
+    }
     with pytest.raises(DeployError, match="ping did not answer"):
         deployer.wait("ld-test")
     deployer.sagemaker.describe_endpoint = lambda **kw: {"EndpointStatus": "Creating"}
@@ -104,8 +116,19 @@ def test_smoke_test_reads_the_decision(deployer):
     class Runtime:
         def invoke_endpoint(self, **kwargs):
             calls.append(kwargs)
-            body = {"answers": [{"type": "choice", "choice": "billing", "confidence": 0.5, "probabilities": [
-                {"value": "billing", "probability": 0.75}, {"value": "support", "probability": 0.25}]}]}
+            body = {
+                "answers": [
+                    {
+                        "type": "choice",
+                        "choice": "billing",
+                        "confidence": 0.5,
+                        "probabilities": [
+                            {"value": "billing", "probability": 0.75},
+                            {"value": "support", "probability": 0.25},
+                        ],
+                    }
+                ]
+            }
             return {"Body": io.BytesIO(json.dumps(body).encode())}
 
     deployer.runtime = Runtime()
@@ -119,13 +142,11 @@ def test_autoscaling_target_tracking(deployer):
     result = deployer.autoscale("ld-test", min_instances=1, max_instances=5, invocations_per_instance=120)
     aas = boto3.client("application-autoscaling")
     target = aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"][0]
-    assert (
-    target["ResourceId"],
-    target["MinCapacity"],
-    target["MaxCapacity"]) == (
+    assert (target["ResourceId"], target["MinCapacity"], target["MaxCapacity"]) == (
         "endpoint/ld-test/variant/AllTraffic",
         1,
-         5)
+        5,
+    )
     policy = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"][0]
     config = policy["TargetTrackingScalingPolicyConfiguration"]
     assert config["TargetValue"] == 120.0
@@ -138,10 +159,8 @@ def test_autoscaling_target_tracking(deployer):
 def test_batch_transform_job(deployer):
     deployer.create(spec(), wait=False)
     deployer.batch(
-    job_name="bulk-1",
-    model_name="ld-test-model",
-    input_s3="s3://models/in/",
-     output_s3="s3://models/out/")
+        job_name="bulk-1", model_name="ld-test-model", input_s3="s3://models/in/", output_s3="s3://models/out/"
+    )
     job = boto3.client("sagemaker").describe_transform_job(TransformJobName="bulk-1")
     assert job["ModelName"] == "ld-test-model" and job["BatchStrategy"] == "MultiRecord"
     assert job["TransformInput"]["SplitType"] == "Line" and job["TransformOutput"]["AssembleWith"] == "Line"
@@ -159,11 +178,14 @@ def test_delete_removes_endpoint_config_and_model(deployer):
     assert deployer.delete("ld-test") == []  # already gone: nothing, and no error
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(role_arn=""), "execution role"),
-    (dict(image_uri=""), "image URI"),
-    (dict(model_data_url="/tmp/model.tar.gz"), "s3://"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(role_arn=""), "execution role"),
+        (dict(image_uri=""), "image URI"),
+        (dict(model_data_url="/tmp/model.tar.gz"), "s3://"),
+    ],
+)
 def test_clear_errors_for_missing_parts(deployer, bad, message):
     with pytest.raises(DeployError, match=message):
         deployer.create(spec(**bad), wait=False)
@@ -217,19 +239,23 @@ def test_without_boto3_the_aws_commands_name_the_extra(monkeypatch, tmp_path):
     result = CliRunner().invoke(app, ["deploy", "delete", "--name", "x", "--region", REGION])
     assert result.exit_code == 2 and result.exception is None or isinstance(result.exception, SystemExit)
     assert "llamadecide[aws]" in result.output and "Traceback" not in result.output
-    result = CliRunner().invoke(app,
-    ["deploy",
-    "create",
-    "--name",
-    "x",
-    "--image",
-    IMAGE,
-    "--role",
-    ROLE,
-    "--bucket",
-    "b",
-    "--region",
-    REGION,
-    "--model",
-     str(tmp_path / "m.gguf")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "deploy",
+            "create",
+            "--name",
+            "x",
+            "--image",
+            IMAGE,
+            "--role",
+            ROLE,
+            "--bucket",
+            "b",
+            "--region",
+            REGION,
+            "--model",
+            str(tmp_path / "m.gguf"),
+        ],
+    )
     assert result.exit_code == 2 and "llamadecide[aws]" in result.output and "Traceback" not in result.output

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from llamadecide.decisions import Decider, Scoring, choice, predicate, score
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.errors import ContextOverflowError, InvalidRequestError
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -53,7 +54,7 @@ def reference(engine):
 
 def assert_matches_naive(decider, state, question):
     batched = decider.decide(state, [question]).answers[0]
-    naive = decider.decide_naive(state, question)
+    naive = Measurer(decider.engine).decide_naive(state, question)
     for b, n in zip(batched.options, naive.options):
         assert b.value == n.value and b.n_tokens == n.n_tokens
         assert b.logprob == pytest.approx(n.logprob, abs=LAYOUT_NOISE), b.value
@@ -65,9 +66,10 @@ def assert_matches_reference(decider, reference, state, question):
     from llamadecide.decisions.maths import normalise
 
     answer = decider.decide(state, [question]).answers[0]
-    item = decider._tokenize(state, question)
-    exact = [float(reference.continuation_logprobs(s[:b], s[b:]).sum())
-                   for s, b in zip(item.sequences, item.boundaries)]
+    item = decider.planner.tokenize(state, question)
+    exact = [
+        float(reference.continuation_logprobs(s[:b], s[b:]).sum()) for s, b in zip(item.sequences, item.boundaries)
+    ]
     errors = np.abs(np.array([o.logprob for o in answer.options]) - np.array(exact))
     weights = normalise(exact)
     # Unlikely options carry the largest llama.cpp noise and the least weight in any decision.
@@ -97,7 +99,7 @@ def test_deterministic_across_runs(decider, engine):
 def test_lone_option_equals_naive_bit_for_bit(decider, engine):
     """With one continuation the trie has the from-scratch KV layout: identical numbers."""
     q = choice("Which team should handle this ticket?", ["billing", "technical support", "account security"])
-    item = decider._tokenize(TICKET, q)
+    item = decider.planner.tokenize(TICKET, q)
     for sequence, boundary in zip(item.sequences, item.boundaries):
         naive = engine.score_naive(sequence, boundary)
         engine.clear_cache()
@@ -109,7 +111,7 @@ def test_lone_option_equals_naive_bit_for_bit(decider, engine):
 def test_first_tokens_equal_naive_bit_for_bit(decider, engine):
     """Every option's first token is read from the shared prompt's logits: exact in any batch."""
     q = choice("Which team?", ["billing", "technical support", "account security", "sales", "shipping"])
-    item = decider._tokenize(TICKET, q)
+    item = decider.planner.tokenize(TICKET, q)
     prefix = item.sequences[0][: item.boundaries[0]]
     batched = engine.score_continuations(prefix, [s[b:] for s, b in zip(item.sequences, item.boundaries)])
     for sequence, boundary, scores in zip(item.sequences, item.boundaries, batched):
@@ -121,7 +123,7 @@ def test_exact_score_is_the_sum_of_token_logprobs(decider, reference):
     float64 computation for the same weights within llama.cpp's noise."""
     q = choice("Which team should handle this ticket?", ["billing", "technical support", "account security"])
     answer = assert_matches_reference(decider, reference, TICKET, q)
-    item = decider._tokenize(TICKET, q)
+    item = decider.planner.tokenize(TICKET, q)
     for option, sequence, boundary in zip(answer.options, item.sequences, item.boundaries):
         assert option.n_tokens == len(sequence) - boundary
 
@@ -133,9 +135,9 @@ def test_batched_and_naive_paths_agree(decider):
 
 def test_end_marker_is_scored_for_every_option(decider, engine):
     q = choice("Which team?", ["billing", "technical support"])
-    item = decider._tokenize(TICKET, q)
+    item = decider.planner.tokenize(TICKET, q)
     for sequence in item.sequences:
-        assert sequence[-len(engine.end_of_answer):] == engine.end_of_answer
+        assert sequence[-len(engine.end_of_answer) :] == engine.end_of_answer
 
 
 def test_prefix_option_gets_no_free_advantage(decider, engine, reference):
@@ -144,7 +146,7 @@ def test_prefix_option_gets_no_free_advantage(decider, engine, reference):
     probability of the whole answer, and the answer the text asks for wins."""
     state = "My laptop will not boot after the update, please put me through to technical support."
     q = choice("Which department?", ["technical", "technical support"])
-    item = decider._tokenize(state, q)
+    item = decider.planner.tokenize(state, q)
     short, long = (s[b:] for s, b in zip(item.sequences, item.boundaries))
     end = len(engine.end_of_answer)
     assert long[: len(short) - end] == short[:-end], "the test needs a token-level prefix pair"
@@ -167,7 +169,7 @@ def test_multi_token_options_are_scored_on_every_token(decider, reference):
 
 def test_case_variants(decider, reference):
     q = choice("Which team?", ["billing", "Billing", "bIlling", "BILLING"])
-    item = decider._tokenize(TICKET, q)
+    item = decider.planner.tokenize(TICKET, q)
     answers = {tuple(s[b:]) for s, b in zip(item.sequences, item.boundaries)}
     assert len(answers) == 4  # four different token sequences
     answer = assert_matches_naive(decider, TICKET, q)
@@ -223,7 +225,8 @@ def test_several_questions_share_the_state_prefix(decider, engine):
     for question, answer in zip(questions, together.answers):
         alone = decider.decide(TICKET, [question]).answers[0]
         assert [o.logprob for o in answer.options] == pytest.approx(
-            [o.logprob for o in alone.options], abs=LAYOUT_NOISE)
+            [o.logprob for o in alone.options], abs=LAYOUT_NOISE
+        )
         assert np.abs(np.array(answer.probabilities) - np.array(alone.probabilities)).max() <= LAYOUT_NOISE_PROBABILITY
 
 
@@ -268,8 +271,10 @@ def test_the_scoring_benchmark_prints_its_figures(capsys):
 
     from llamadecide.bench import scoring
 
-    assert scoring.main(["--model", "smollm2-135m-instruct", "--options",
-                        "2", "--repeats", "1", "--flash-attn", "--json"]) == 0
+    assert (
+        scoring.main(["--model", "smollm2-135m-instruct", "--options", "2", "--repeats", "1", "--flash-attn", "--json"])
+        == 0
+    )
     [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert row["k"] == 2 and row["prompt_tokens"] > 100 and row["decision_ms"] > 0 and row["speedup_vs_naive"] > 0
     assert row["warm_decision_ms"] > 0

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from llamadecide.decisions import Decider, choice, predicate
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
 
 pytestmark = pytest.mark.skipif(
@@ -31,15 +32,17 @@ def test_builtin_template_and_end_marker(gemma):
 
 def test_decisions_on_gemma(gemma):
     decider = Decider(gemma)
-    questions = [choice("Which team?", ["billing", "technical support", "sales"]),
-                        predicate("The customer wants money back.")]
+    questions = [
+        choice("Which team?", ["billing", "technical support", "sales"]),
+        predicate("The customer wants money back."),
+    ]
     decision = decider.decide(TICKET, questions)
     for answer in decision.answers:
         assert sum(answer.probabilities) == pytest.approx(1.0)
-    naive = decider.decide_naive(TICKET, questions[0])
+    naive = Measurer(gemma).decide_naive(TICKET, questions[0])
     first = decision.answers[0]
     # Every option's first token comes from the shared prompt's logits: identical.
-    item = decider._tokenize(TICKET, questions[0])
+    item = decider.planner.tokenize(TICKET, questions[0])
     for sequence, boundary in zip(item.sequences, item.boundaries):
         single = gemma.score_naive(sequence, boundary)
         batched = gemma.score_continuations(sequence[:boundary], [sequence[boundary:]])[0]

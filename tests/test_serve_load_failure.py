@@ -21,8 +21,13 @@ def _string(text: str) -> bytes:
 
 def header_only_gguf(path: Path) -> Path:
     """A consistent GGUF header (no tensors) that llama.cpp still cannot load as a model."""
-    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _string("general.architecture")
-                     + struct.pack("<I", 8) + _string("llama"))
+    path.write_bytes(
+        b"GGUF"
+        + struct.pack("<IQQ", 3, 0, 1)
+        + _string("general.architecture")
+        + struct.pack("<I", 8)
+        + _string("llama")
+    )
     return path
 
 
@@ -44,18 +49,25 @@ def test_the_header_tells_a_truncated_file(tmp_path):
 
 
 def serve(model: str, port: int = 18731) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llamadecide.cli.main", "serve", "--model",
-                          model, "--port", str(port)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "llamadecide.cli.main", "serve", "--model", model, "--port", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("case, expected", [
-    ("missing", "model file not found"),
-    ("truncated", "is truncated"),
-    ("noise", "not a GGUF file"),
-    ("empty directory", "no *.gguf file"),
-    ("unknown name", "nor a bundled model name"),
-    ("unloadable", "cannot load"),  # found only when llama.cpp tries: the running server stops
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("missing", "model file not found"),
+        ("truncated", "is truncated"),
+        ("noise", "not a GGUF file"),
+        ("empty directory", "no *.gguf file"),
+        ("unknown name", "nor a bundled model name"),
+        ("unloadable", "cannot load"),  # found only when llama.cpp tries: the running server stops
+    ],
+)
 def test_serve_exits_with_the_reason(tmp_path, case, expected):
     models = {
         "missing": str(tmp_path / "nowhere.gguf"),

@@ -16,13 +16,17 @@ from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.fitting import fit_head
 from llamadecide.calibration.profile import CalibrationProfile, HeadParams
 from llamadecide.decisions import Decider, Scoring, choice
+from llamadecide.decisions.measuring import Measurer
 from test_server_edges import TICKET, assert_error, decision
 
 ROOT = Path(__file__).resolve().parents[1]
 AGNEWS = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-TEAMS = {"type": "choice", "instructions": "Which team?",
-         "choices": [{"value": "billing"}, {"value": "support"}, {"value": "sales"}]}
+TEAMS = {
+    "type": "choice",
+    "instructions": "Which team?",
+    "choices": [{"value": "billing"}, {"value": "support"}, {"value": "sales"}],
+}
 
 
 def post(server, body):
@@ -37,17 +41,23 @@ def probabilities(response) -> list[float]:
 def test_prior_correction_and_rotations_per_request_match_the_library(server, engine):
     decider = Decider(engine)
     question = choice("Which team?", ["billing", "support", "sales"], mode="labels")
-    for extension, rule in [({"prior_correction": True}, Scoring(prior_correction=True)),
-                            ({"rotations": 3}, Scoring(rotations=3)),
-                            ({"rotations": 3, "prior_correction": True}, Scoring(rotations=3, prior_correction=True))]:
+    for extension, rule in [
+        ({"prior_correction": True}, Scoring(prior_correction=True)),
+        ({"rotations": 3}, Scoring(rotations=3)),
+        ({"rotations": 3, "prior_correction": True}, Scoring(rotations=3, prior_correction=True)),
+    ]:
         served = probabilities(post(server, decision(questions=[TEAMS], llamadecide={"mode": "labels", **extension})))
         local = decider.decide(TICKET, [question], scoring=rule).answers[0].probabilities
         assert served == pytest.approx(local, abs=0.02), extension
 
 
 def test_bad_method_options_are_4xx(server):
-    assert_error(post(server, decision(questions=[TEAMS], llamadecide={"rotations": 4})), 400, param="rotations",
-                 contains="at most 3 rotations")
+    assert_error(
+        post(server, decision(questions=[TEAMS], llamadecide={"rotations": 4})),
+        400,
+        param="rotations",
+        contains="at most 3 rotations",
+    )
     assert_error(post(server, decision(llamadecide={"rotations": 0})), 400, param="llamadecide.rotations")
     levels = {"type": "score", "instructions": "How urgent?", "levels": [{"label": "low"}, {"label": "high"}]}
     assert_error(post(server, decision(questions=[levels], llamadecide={"rotations": 2})), 400, contains="ordered")
@@ -57,12 +67,28 @@ def test_bad_method_options_are_4xx(server):
 def save_head_profile(tmp_path, engine, task, head, name: str, prompt_format: str) -> Path:
     """A profile directory holding `name`.json: the fitted head for the task, bound to this model."""
     profile = CalibrationProfile(
-        name=name, created="2026-12-05T00:00:00+00:00", model_sha256=engine.model_sha256,
-        prompt_format=prompt_format, task={"type": "choice", "instructions": task.instructions, "options": task.options,
-                                           "fingerprint": task.fingerprint()},
-        mode="text", calibrator="head", length_normalize=False, temperature=1.0, method="head",
-        head=HeadParams.from_calibrator(head), threshold=0.5, target_precision=0.9, confidence_level=0.95,
-        dataset_fingerprint="test", metrics={})
+        name=name,
+        created="2026-12-05T00:00:00+00:00",
+        model_sha256=engine.model_sha256,
+        prompt_format=prompt_format,
+        task={
+            "type": "choice",
+            "instructions": task.instructions,
+            "options": task.options,
+            "fingerprint": task.fingerprint(),
+        },
+        mode="text",
+        calibrator="head",
+        length_normalize=False,
+        temperature=1.0,
+        method="head",
+        head=HeadParams.from_calibrator(head),
+        threshold=0.5,
+        target_precision=0.9,
+        confidence_level=0.95,
+        dataset_fingerprint="test",
+        metrics={},
+    )
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     profile.save(profiles / f"{name}.json")
@@ -70,9 +96,14 @@ def save_head_profile(tmp_path, engine, task, head, name: str, prompt_format: st
 
 
 def profile_request(task, text: str, profile: str) -> dict:
-    return {"model": "m", "input": text, "llamadecide": {"profile": profile},
-            "questions": [{"type": "choice", "instructions": task.instructions,
-                           "choices": [{"value": v} for v in task.options]}]}
+    return {
+        "model": "m",
+        "input": text,
+        "llamadecide": {"profile": profile},
+        "questions": [
+            {"type": "choice", "instructions": task.instructions, "choices": [{"value": v} for v in task.options]}
+        ],
+    }
 
 
 @pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
@@ -103,8 +134,11 @@ def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_prob
         answer = response.json()["answers"][0]
         assert answer["method"] == "head + lexical" and answer["calibrated"] is True
         assert probabilities(response) == pytest.approx(list(expected), abs=0.02)
-        refused = httpx.post(f"{server.url}/v1/decisions", timeout=60,
-                             json={**body, "llamadecide": {"profile": "agnews-head", "prior_correction": True}})
+        refused = httpx.post(
+            f"{server.url}/v1/decisions",
+            timeout=60,
+            json={**body, "llamadecide": {"profile": "agnews-head", "prior_correction": True}},
+        )
         assert_error(refused, 400, param="llamadecide.prior_correction")
 
 
@@ -115,16 +149,17 @@ def test_a_served_head_on_the_hidden_state_alone_scores_no_answer(engine, tmp_pa
 
     task = load_task("agnews")
     items = read_labelled(AGNEWS, text_column="0", label_column="1")[:24]
-    decider = Decider(engine)
+    measurer = Measurer(engine)
     question = task.question()
-    H = np.array([decider.hidden(item.text, question, layout="llamadecide-3") for item in items])
+    H = np.array([measurer.hidden(item.text, question, layout="llamadecide-3") for item in items])
     y = np.array([task.gold_index(item.label) for item in items])
     head = fit_head(np.zeros((len(items), len(task.options))), H, y, C=0.05, features=HIDDEN_ONLY)
     profiles = save_head_profile(tmp_path, engine, task, head, "agnews-hidden", "llamadecide-3")
     text = "Shares of the chip maker jumped after it raised its revenue forecast."
     engine.clear_cache()
-    expected = head.apply(np.zeros((1, len(task.options))), None,
-                          np.array([decider.hidden(text, question, layout="llamadecide-3")]))[0]
+    expected = head.apply(
+        np.zeros((1, len(task.options))), None, np.array([measurer.hidden(text, question, layout="llamadecide-3")])
+    )[0]
     body = profile_request(task, text, "agnews-hidden")
     with ServerProcess("--profiles-dir", str(profiles)) as server:
         response = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120)
@@ -140,10 +175,21 @@ def test_a_served_head_on_the_hidden_state_alone_scores_no_answer(engine, tmp_pa
 
 def test_a_profile_with_a_head_must_say_so():
     with pytest.raises(ValueError, match="head parameters exactly when"):
-        CalibrationProfile(name="x", created="", model_sha256="0" * 64, prompt_format="llamadecide-1",
-                           task={"type": "predicate", "instructions": "x", "options": [True, False]}, mode="text",
-                           calibrator="head", length_normalize=False, temperature=1.0, target_precision=0.9,
-                           confidence_level=0.95, dataset_fingerprint="", metrics={})
+        CalibrationProfile(
+            name="x",
+            created="",
+            model_sha256="0" * 64,
+            prompt_format="llamadecide-1",
+            task={"type": "predicate", "instructions": "x", "options": [True, False]},
+            mode="text",
+            calibrator="head",
+            length_normalize=False,
+            temperature=1.0,
+            target_precision=0.9,
+            confidence_level=0.95,
+            dataset_fingerprint="",
+            metrics={},
+        )
 
 
 def test_a_profile_whose_pinned_prefix_leaves_no_room_for_an_input_is_refused_at_load(engine):
@@ -152,12 +198,24 @@ def test_a_profile_whose_pinned_prefix_leaves_no_room_for_an_input_is_refused_at
 
     def profile(shots: int) -> CalibrationProfile:
         return CalibrationProfile(
-            name=f"{shots}-shot", created="", model_sha256=engine.model_sha256, prompt_format="llamadecide-3",
+            name=f"{shots}-shot",
+            created="",
+            model_sha256=engine.model_sha256,
+            prompt_format="llamadecide-3",
             task={"type": "predicate", "instructions": "The review is positive.", "options": [True, False]},
-            mode="text", calibrator="none", length_normalize=False, temperature=1.0, target_precision=0.9,
-            confidence_level=0.95, dataset_fingerprint="", metrics={},
-            demonstrations=[DemonstrationParams(input="A long and winding review of a film. " * 20, option=i % 2)
-                            for i in range(shots)])
+            mode="text",
+            calibrator="none",
+            length_normalize=False,
+            temperature=1.0,
+            target_precision=0.9,
+            confidence_level=0.95,
+            dataset_fingerprint="",
+            metrics={},
+            demonstrations=[
+                DemonstrationParams(input="A long and winding review of a film. " * 20, option=i % 2)
+                for i in range(shots)
+            ],
+        )
 
     assert fits_context(Decider(engine), profile(2), engine) is None
     reason = fits_context(Decider(engine), profile(40), engine)

@@ -43,30 +43,44 @@ def healthy(server):
 
 
 def post(server, path, body=None, *, content=None, headers=None):
-    return httpx.post(f"{server.url}{path}", json=body, content=content,
-                      headers={**AUTH, **(headers or {})}, timeout=60)
+    return httpx.post(
+        f"{server.url}{path}", json=body, content=content, headers={**AUTH, **(headers or {})}, timeout=60
+    )
 
 
 @pytest.mark.usefixtures("healthy")
 class TestBadInput:
-    @pytest.mark.parametrize("path, raw, field",
-    [ ("/v1/decisions",
-    '{"model": "m", "input": "x", "questions": [{"type": "choice", "instructions": "Which?", '
-    '"choices": [{"value": "\\ud800"}, {"value": "b"}]}]}',
-    "questions.0.choices.0.value"),
-    ("/v1/systemone",
-    '{"state": {"\\ud800": 1}, "questions": {"q": {"type": "noul", "instructions": "x"}}}',
-    "state."),
-    ("/v1/systemone",
-    '{"state": "x", "questions": {"\\udc00id": {"type": "noul", "instructions": "x"}}}',
-    "questions."),
-    ("/v1/chat/completions",
-    '{"model": "m", "messages": [{"role": "user", "content": "hi \\ud83d"}]}',
-    "messages.0.content"),
-    ("/invocations",
-    '{"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "\\udfff"}]}',
-    "questions.0.instructions"),
-     ])
+    @pytest.mark.parametrize(
+        "path, raw, field",
+        [
+            (
+                "/v1/decisions",
+                '{"model": "m", "input": "x", "questions": [{"type": "choice", "instructions": "Which?", '
+                '"choices": [{"value": "\\ud800"}, {"value": "b"}]}]}',
+                "questions.0.choices.0.value",
+            ),
+            (
+                "/v1/systemone",
+                '{"state": {"\\ud800": 1}, "questions": {"q": {"type": "noul", "instructions": "x"}}}',
+                "state.",
+            ),
+            (
+                "/v1/systemone",
+                '{"state": "x", "questions": {"\\udc00id": {"type": "noul", "instructions": "x"}}}',
+                "questions.",
+            ),
+            (
+                "/v1/chat/completions",
+                '{"model": "m", "messages": [{"role": "user", "content": "hi \\ud83d"}]}',
+                "messages.0.content",
+            ),
+            (
+                "/invocations",
+                '{"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "\\udfff"}]}',
+                "questions.0.instructions",
+            ),
+        ],
+    )
     def test_lone_surrogates_are_a_400_naming_the_field(self, server, path, raw, field):
         response = post(server, path, content=raw.encode(), headers={"content-type": "application/json"})
         assert_error(response, 400, contains="surrogate")
@@ -74,12 +88,20 @@ class TestBadInput:
         if path == "/v1/systemone":
             assert response.json()["detail"]["message"]  # TypeSafe's shape too
 
-    @pytest.mark.parametrize("raw", [b"[" * 100_000 + b"]" * 100_000,
-                                     b'{"state": ' + b'{"a": ' * 5_000 + b"1" + b"}" * 5_000 + b', "questions": {}}'])
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            b"[" * 100_000 + b"]" * 100_000,
+            b'{"state": ' + b'{"a": ' * 5_000 + b"1" + b"}" * 5_000 + b', "questions": {}}',
+        ],
+    )
     def test_deep_nesting_is_a_400_on_every_route(self, server, raw):
         for path in ("/invocations", "/v1/decisions", "/v1/systemone"):
-            assert_error(post(server, path, content=raw, headers={"content-type": "application/json"}), 400,
-                         contains="nests deeper")
+            assert_error(
+                post(server, path, content=raw, headers={"content-type": "application/json"}),
+                400,
+                contains="nests deeper",
+            )
 
     def test_a_long_request_id_is_cut(self, server):
         response = post(server, "/v1/decisions", decision(), headers={"X-Request-Id": "r" * 60_000})
@@ -87,14 +109,15 @@ class TestBadInput:
 
     def test_malformed_json(self, server):
         assert_error(
-    post(
-        server,
-        "/v1/decisions",
-        content=b'{"model": "m", "input": ',
-        headers={
-            "content-type": "application/json"}),
+            post(
+                server,
+                "/v1/decisions",
+                content=b'{"model": "m", "input": ',
+                headers={"content-type": "application/json"},
+            ),
             400,
-             contains="JSON")
+            contains="JSON",
+        )
 
     def test_wrong_types(self, server):
         assert_error(post(server, "/v1/decisions", decision(questions="not a list")), 400, param="questions")
@@ -120,8 +143,9 @@ class TestBadInput:
     def test_oversized_body(self, server):
         big = decision(input="x" * 300_000)  # the test server's limit is 256 KiB
         assert_error(post(server, "/v1/decisions", big), 413)
-        refused = post(server, "/v1/systemone", {"state": "x" *
-     300_000, "questions": {"q": {"type": "noul", "instructions": "x"}}})
+        refused = post(
+            server, "/v1/systemone", {"state": "x" * 300_000, "questions": {"q": {"type": "noul", "instructions": "x"}}}
+        )
         assert_error(refused, 413)
         assert refused.json()["detail"]["error_type"] == "request_too_large"  # TypeSafe's shape there too
 
@@ -135,23 +159,26 @@ class TestBadInput:
 
     def test_unsupported_image_input(self, server):
         body = decision(
-            input=[{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}])
+            input=[{"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]
+        )
         assert_error(post(server, "/v1/decisions", body), 501, param="input[0].content[0]")
-        chat = {"model": "m", "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "x"}}]}]}
+        chat = {
+            "model": "m",
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+        }
         assert_error(post(server, "/v1/chat/completions", chat), 501)
 
     def test_corrupt_zstd_body(self, server):
         assert_error(
-    post(
-        server,
-        "/v1/systemone",
-        content=b"\x28\xb5\x2f\xfdgarbage",
-        headers={
-            "content-encoding": "zstd",
-            "content-type": "application/json"}),
+            post(
+                server,
+                "/v1/systemone",
+                content=b"\x28\xb5\x2f\xfdgarbage",
+                headers={"content-encoding": "zstd", "content-type": "application/json"},
+            ),
             400,
-             contains="zstd")
+            contains="zstd",
+        )
 
     def test_zstd_bomb_is_bounded(self, server):
         bomb = zstandard.ZstdCompressor().compress(b" " * 2_000_000)
@@ -172,14 +199,8 @@ class TestBadInput:
 
     def test_unknown_profile_is_refused_not_ignored(self, server):
         assert_error(
-    post(
-        server,
-        "/v1/decisions",
-        decision(
-            llamadecide={
-                "profile": "agnews"})),
-                400,
-                 param="llamadecide.profile")
+            post(server, "/v1/decisions", decision(llamadecide={"profile": "agnews"})), 400, param="llamadecide.profile"
+        )
 
     def test_unknown_route(self, server):
         assert_error(httpx.get(f"{server.url}/v2/nothing", headers=AUTH, timeout=120), 404)
@@ -198,20 +219,14 @@ class TestAuth:
     def test_missing_and_wrong_key(self, server):
         assert_error(httpx.post(f"{server.url}/v1/decisions", json=decision(), timeout=120), 401)
         assert_error(
-    httpx.post(
-        f"{server.url}/v1/decisions",
-        json=decision(),
-        headers={
-            "Authorization": "Bearer wrong"},
-            timeout=120),
-             401)
+            httpx.post(
+                f"{server.url}/v1/decisions", json=decision(), headers={"Authorization": "Bearer wrong"}, timeout=120
+            ),
+            401,
+        )
         assert_error(
-    httpx.get(
-        f"{server.url}/v1/models",
-        headers={
-            "Authorization": f"Basic {API_KEY}"},
-            timeout=120),
-             401)
+            httpx.get(f"{server.url}/v1/models", headers={"Authorization": f"Basic {API_KEY}"}, timeout=120), 401
+        )
         assert_error(httpx.get(f"{server.url}/metrics", timeout=120), 401)
 
     def test_open_routes(self, server):
@@ -330,8 +345,12 @@ def test_fifty_concurrent_mixed_requests(server):
 
 
 def test_disconnected_stream_frees_the_engine(server):
-    body = {"model": "m", "messages": [
-        {"role": "user", "content": "Write a long story."}], "max_tokens": 400, "stream": True}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Write a long story."}],
+        "max_tokens": 400,
+        "stream": True,
+    }
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, headers=AUTH, timeout=60) as response:
         for _ in response.iter_lines():
             break  # read one event, then hang up
@@ -340,8 +359,11 @@ def test_disconnected_stream_frees_the_engine(server):
 
 
 def test_probability_log(server):
-    post(server, "/v1/decisions", decision(questions=[CHOICE,
-         {"type": "predicate", "instructions": "Angry?", "name": "angry"}]))
+    post(
+        server,
+        "/v1/decisions",
+        decision(questions=[CHOICE, {"type": "predicate", "instructions": "Angry?", "name": "angry"}]),
+    )
     lines = server.probability_log.read_text().splitlines()
     records = [json.loads(line) for line in lines]  # every line is whole JSON, even under concurrency
     last = records[-2:]
@@ -358,9 +380,12 @@ def test_metrics(server):
     text = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=120).text
     assert 'llamadecide_requests_total{route="/v1/decisions",status="200"}' in text
     assert "llamadecide_request_seconds_bucket" in text and "llamadecide_queue_depth" in text
-    assert 'llamadecide_tokens_total{kind="scored"}' in text and 'llamadecide_errors_total' in text
-    engine = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-              if line.startswith("llamadecide_engine_")}
+    assert 'llamadecide_tokens_total{kind="scored"}' in text and "llamadecide_errors_total" in text
+    engine = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("llamadecide_engine_")
+    }
     assert engine["llamadecide_engine_decode_calls_total"] >= 1 and engine["llamadecide_engine_rows_total"] >= 8
     assert engine["llamadecide_engine_batch_decisions_count"] >= 1 and "llamadecide_engine_padding_rows_total" in engine
     post(server, "/v1/decisions", decision(input="Another input entirely, so the cache cannot serve it."))

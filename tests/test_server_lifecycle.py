@@ -14,15 +14,25 @@ import pytest
 from llamadecide.bench.server_process import ServerProcess
 
 TICKET = "I was charged twice for my subscription this month and I want a refund."
-DECISION = {"model": "m", "input": TICKET, "questions": [
-    {"type": "choice", "instructions": "Which team?", "choices": [{"value": "billing"}, {"value": "support"}]}]}
+DECISION = {
+    "model": "m",
+    "input": TICKET,
+    "questions": [
+        {"type": "choice", "instructions": "Which team?", "choices": [{"value": "billing"}, {"value": "support"}]}
+    ],
+}
 
 
 def long_generation(engine, max_tokens: int = 2000) -> dict:
     """A chat that cannot end early: every end-of-generation token is forbidden."""
     banned = {str(t): -100 for t in {engine.eos_id, *engine.end_of_answer} if t >= 0}
-    return {"model": "m", "messages": [{"role": "user", "content": "Count from one to ten thousand in words."}],
-            "max_tokens": max_tokens, "temperature": 0, "logit_bias": banned}
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Count from one to ten thousand in words."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "logit_bias": banned,
+    }
 
 
 def post_in_background(url: str, body: dict, timeout: float = 120):
@@ -77,16 +87,17 @@ def test_abandoned_requests_never_reach_the_engine_and_an_abandoned_generation_s
         assert wait_until(lambda: queue_depth(server) == 1, 30)
         with pytest.raises(httpx.TimeoutException):
             httpx.post(
-    f"{server.url}/v1/decisions",
-    json=DECISION,
-    headers={
-        "X-Request-Id": "abandoned-1"},
-         timeout=0.5)
+                f"{server.url}/v1/decisions", json=DECISION, headers={"X-Request-Id": "abandoned-1"}, timeout=0.5
+            )
         thread.join(120)
         assert result["response"].status_code == 200
         assert wait_until(lambda: queue_depth(server) == 0, 15)
-        assert httpx.post(f"{server.url}/v1/decisions", json=DECISION, headers={"X-Request-Id": "served-1"},
-                          timeout=60).status_code == 200
+        assert (
+            httpx.post(
+                f"{server.url}/v1/decisions", json=DECISION, headers={"X-Request-Id": "served-1"}, timeout=60
+            ).status_code
+            == 200
+        )
         logged = {json.loads(line)["request_id"] for line in log.read_text().splitlines()}
         assert "served-1" in logged and "abandoned-1" not in logged
 
@@ -113,8 +124,11 @@ def test_sigterm_drains_for_a_bounded_time_then_refuses_the_rest(engine, tmp_pat
 def test_work_is_bounded_before_the_engine_and_in_time_on_it(engine, tmp_path):
     env = {"LLAMADECIDE_MAX_REQUEST_ROWS": "4000", "LLAMADECIDE_REQUEST_TIMEOUT": "1"}
     with ServerProcess(env=env, log_dir=tmp_path) as server:
-        many = {"model": "m", "input": TICKET, "questions": [
-            {"type": "predicate", "instructions": f"Statement number {i} holds."} for i in range(120)]}
+        many = {
+            "model": "m",
+            "input": TICKET,
+            "questions": [{"type": "predicate", "instructions": f"Statement number {i} holds."} for i in range(120)],
+        }
         refused = httpx.post(f"{server.url}/v1/decisions", json=many, timeout=60)
         error = refused.json()["error"]
         assert refused.status_code == 400 and "limit is 4000 (max_request_rows)" in error["message"]
@@ -131,12 +145,18 @@ def test_work_is_bounded_before_the_engine_and_in_time_on_it(engine, tmp_path):
 
 def test_options_that_cannot_fit_are_refused_quickly_with_the_counts(tmp_path):
     with ServerProcess(log_dir=tmp_path, env={"LLAMADECIDE_N_CTX": "4096"}) as server:
-        body = {"model": "m",
-    "input": TICKET,
-    "questions": [{"type": "choice",
-    "instructions": "Which?",
-    "name": "huge",
-     "choices": [{"value": f"option {i} " + "long words " * 14} for i in range(255)]}]}
+        body = {
+            "model": "m",
+            "input": TICKET,
+            "questions": [
+                {
+                    "type": "choice",
+                    "instructions": "Which?",
+                    "name": "huge",
+                    "choices": [{"value": f"option {i} " + "long words " * 14} for i in range(255)],
+                }
+            ],
+        }
         refused = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60)
         error = refused.json()["error"]
         assert refused.status_code == 400 and error["code"] == "context_length_exceeded"

@@ -8,10 +8,14 @@ from llamadecide.settings import Settings, sm_llama_cpp_flags
 
 
 def test_sm_llama_cpp_translation_rule():
-    flags = sm_llama_cpp_flags( {"SM_LLAMA_CPP_CTX_SIZE": "2048",
-    "SM_LLAMA_CPP_FLASH_ATTN": "true",
-    "SM_LLAMA_CPP_NO_MMAP": "false",
-     "PATH": "/bin"} )
+    flags = sm_llama_cpp_flags(
+        {
+            "SM_LLAMA_CPP_CTX_SIZE": "2048",
+            "SM_LLAMA_CPP_FLASH_ATTN": "true",
+            "SM_LLAMA_CPP_NO_MMAP": "false",
+            "PATH": "/bin",
+        }
+    )
     assert flags == {"ctx-size": "2048", "flash-attn": True}
 
 
@@ -83,7 +87,9 @@ def test_the_documented_settings_table_is_the_settings_own():
     from llamadecide.settings import settings_table
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "settings.md").read_text(encoding="utf-8")
-    start = text.index("<!-- settings table: python -m llamadecide.settings -->\n") + \
-                       len("<!-- settings table: python -m llamadecide.settings -->\n")
-    assert text[start:text.index("<!-- end of settings table -->")] == settings_table(), \
+    start = text.index("<!-- settings table: python -m llamadecide.settings -->\n") + len(
+        "<!-- settings table: python -m llamadecide.settings -->\n"
+    )
+    assert text[start : text.index("<!-- end of settings table -->")] == settings_table(), (
         "docs/settings.md is stale: paste the output of `python -m llamadecide.settings`"
+    )

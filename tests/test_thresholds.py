@@ -14,11 +14,9 @@ from llamadecide.calibration.thresholds import (
 
 def test_clopper_pearson_matches_scipy():
     for k, n in [(95, 100), (50, 60), (1, 1), (999, 1000)]:
-        expected = binomtest(
-    k,
-    n).proportion_ci(
-        confidence_level=0.90,
-         method="exact").low  # two-sided 90% = one-sided 95%
+        expected = (
+            binomtest(k, n).proportion_ci(confidence_level=0.90, method="exact").low
+        )  # two-sided 90% = one-sided 95%
         assert clopper_pearson_lower(k, n, 0.95) == pytest.approx(expected, abs=1e-9)
     assert clopper_pearson_lower(0, 10, 0.95) == 0.0
 
@@ -110,3 +108,35 @@ def test_an_unreachable_target_says_what_is_reachable_and_what_it_would_take():
     # when even the most confident answers are below the target, more labels will not help
     hopeless = reachable(conf, np.arange(120) % 2 == 0, target=0.95, confidence_level=0.95)
     assert hopeless["labels_needed"] is None
+
+
+def test_within_one_standard_error_the_cheaper_head_to_serve_is_chosen():
+    """Two heads about as good as each other (held-out losses within one standard error of their
+    difference): the one whose prompt costs fewer weighted rows per decision wins; a cheaper one
+    further off does not."""
+    from llamadecide.calibration.fitting import Candidate
+    from llamadecide.calibration.selection import choose, complexity
+    from llamadecide.calibration.variants import Variant
+    from llamadecide.decisions.maths import HIDDEN_ONLY
+
+    head = Candidate("head", False, C=0.05, features=HIDDEN_ONLY)
+    rng = np.random.default_rng(0)
+    losses = rng.exponential(0.5, size=300)
+    noise = rng.normal(0, 0.05, size=300)
+    noise -= noise.mean()
+
+    def result(label, layout, cost, shifted):
+        return {
+            "label": label,
+            "cv_nll": float(shifted.mean()),
+            "cv_nll_se": 0.03,
+            "cv_items": 300,
+            "cv_losses": shifted,
+            "complexity": list(complexity(Variant("text", layout=layout), head, cost)),
+        }
+
+    costly = result("question first", "llamadecide-3", 51.0, losses)
+    cheap = result("input alone", "llamadecide-5", 23.0, losses + noise + 0.001)
+    assert choose([costly, cheap])[0]["label"] == "input alone"
+    worse = result("input alone, worse", "llamadecide-5", 23.0, losses + noise + 0.2)
+    assert choose([costly, worse])[0]["label"] == "question first"

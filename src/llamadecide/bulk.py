@@ -58,14 +58,13 @@ def read_inputs(path: Path, *, text_column: str = "text", id_column: str | None 
     header = not text_column.isdigit()
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.reader(
-    handle,
-    delimiter=delimiter,
-     quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+            handle, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+        )
         names = next(reader, []) if header else None
         if names is not None and text_column not in names:
             raise InvalidRequestError(
-    f"{path}: no column {text_column!r} (have {', '.join(names)})",
-     param="text_column")
+                f"{path}: no column {text_column!r} (have {', '.join(names)})", param="text_column"
+            )
         text_index = names.index(text_column) if names is not None else int(text_column)
         id_index = None
         if id_column is not None:
@@ -85,10 +84,16 @@ def read_inputs(path: Path, *, text_column: str = "text", id_column: str | None 
 def answer_record(answer: Answer, threshold: float | None = None) -> dict[str, Any]:
     """An answer as plain JSON (what `decide --json` prints and a bulk output line holds)."""
     record: dict[str, Any] = {
-        "type": answer.question.type, "choice": answer.choice, "confidence": answer.confidence,
-        "label_mass": answer.label_mass, "prompt_format": answer.prompt_format, "mode": answer.question.mode,
-        "probabilities": [{"value": o.value, "probability": o.probability, "logprob": o.logprob, "tokens": o.n_tokens}
-                          for o in answer.options],
+        "type": answer.question.type,
+        "choice": answer.choice,
+        "confidence": answer.confidence,
+        "label_mass": answer.label_mass,
+        "prompt_format": answer.prompt_format,
+        "mode": answer.question.mode,
+        "probabilities": [
+            {"value": o.value, "probability": o.probability, "logprob": o.logprob, "tokens": o.n_tokens}
+            for o in answer.options
+        ],
     }
     if answer.question.type == "score":
         record["score"] = answer.score
@@ -114,15 +119,23 @@ def done_lines(out: Path) -> int:
     for count, raw in enumerate(whole.splitlines(), start=1):
         record = json.loads(raw)
         if record.get("line") != count:
-            raise InvalidRequestError(f"{out} is not the output of this input (line {count} says "
-                                      f"{record.get('line')}); "
-                                      "write to a new file")
+            raise InvalidRequestError(
+                f"{out} is not the output of this input (line {count} says {record.get('line')}); write to a new file"
+            )
     return count
 
 
-def decide_file(decider: Decider, inputs: Sequence[BulkInput], question: Question, scoring: Scoring, out: Path, *,
-                threshold: float | None = None, batch: int = BATCH_INPUTS,
-                progress: Callable[[int], None] = lambda n: None) -> dict[str, int]:
+def decide_file(
+    decider: Decider,
+    inputs: Sequence[BulkInput],
+    question: Question,
+    scoring: Scoring,
+    out: Path,
+    *,
+    threshold: float | None = None,
+    batch: int = BATCH_INPUTS,
+    progress: Callable[[int], None] = lambda n: None,
+) -> dict[str, int]:
     """Decide every input not yet in `out` and append its line; returns counts (decided, errors, skipped)."""
     skipped = done_lines(out)
     todo = [item for item in inputs if item.line > skipped]
@@ -130,23 +143,28 @@ def decide_file(decider: Decider, inputs: Sequence[BulkInput], question: Questio
     progress(0)
     with out.open("a", encoding="utf-8") as handle:
         for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
+            chunk = todo[start : start + batch]
             readable = [item for item in chunk if item.text is not None]
             results = iter(decider.decide_many([DecisionInput(item.text, [question], scoring) for item in readable]))
             lines = []
             for item in chunk:
-                result: Decision | Exception | str = next(
-                    results) if item.text is not None else item.error or "unreadable"
+                result: Decision | Exception | str = (
+                    next(results) if item.text is not None else item.error or "unreadable"
+                )
                 record: dict[str, Any] = {"line": item.line, "id": item.id}
                 if isinstance(result, Decision):
                     record["answers"] = [answer_record(a, threshold) for a in result.answers]
-                    record["usage"] = {"input_tokens": result.prompt_tokens,
-                                       "cached_tokens": result.extra.get("cached_tokens", 0)}
+                    record["usage"] = {
+                        "input_tokens": result.prompt_tokens,
+                        "cached_tokens": result.extra.get("cached_tokens", 0),
+                    }
                     counts["decided"] += 1
                 else:
                     message = result.message if isinstance(result, LlamaDecideError) else str(result)
-                    record["error"] = {"message": message, "type": type(result).__name__ if not isinstance(result, str)
-                                       else "InvalidInput"}
+                    record["error"] = {
+                        "message": message,
+                        "type": type(result).__name__ if not isinstance(result, str) else "InvalidInput",
+                    }
                     counts["errors"] += 1
                 lines.append(json.dumps(record, ensure_ascii=False) + "\n")
             handle.write("".join(lines))  # a whole batch at once, in input order

@@ -122,16 +122,19 @@ class Settings(BaseSettings):
 
     # engine
     model: str | None = Field(
-    None,
-     description="GGUF path, directory, or bundled model name; default: /opt/ml/model, else the bundled "
-                 "qwen2.5-coder-1.5b-instruct (`llamadecide models`)")
+        None,
+        description="GGUF path, directory, or bundled model name; default: /opt/ml/model, else the bundled "
+        "qwen2.5-coder-1.5b-instruct (`llamadecide models`)",
+    )
     model_alias: str | None = Field(
-    None, description="Model name reported to clients (default: the GGUF's general.name)")
+        None, description="Model name reported to clients (default: the GGUF's general.name)"
+    )
     n_ctx: int = Field(
-    8192,
-    ge=0,
-     description="Context size in tokens (0: the model's training context); prompt, option list and answer trie must "
-                 "fit")
+        8192,
+        ge=0,
+        description="Context size in tokens (0: the model's training context); prompt, option list and answer "
+        "trie must fit",
+    )
     n_batch: int = Field(512, ge=1, description="Logical batch size for prompt evaluation")
     n_ubatch: int = Field(512, ge=1, description="Physical batch size")
     n_threads: int | None = Field(None, ge=1, description="CPU threads for generation (default: all cores)")
@@ -139,37 +142,42 @@ class Settings(BaseSettings):
     n_gpu_layers: int = Field(0, ge=-1, description="Layers offloaded to the GPU: 0 CPU only, -1 all")
     n_seq_max: int = Field(0, ge=0, description="KV sequences (options scored at once); 0: llama.cpp's maximum")
     pinned_prefixes: int = Field(
-    8,
-    ge=0,
-     description="Question prefixes (question-first layout, demonstrations) kept evaluated across requests; each is "
-                 "one KV sequence fewer for options")
+        8,
+        ge=0,
+        description="Question prefixes (question-first layout, demonstrations) kept evaluated across requests; each is "
+        "one KV sequence fewer for options",
+    )
     pinned_cells: int = Field(
-    0,
-    ge=0,
-     description="Most KV cells the pinned prefixes hold together (0: no cap; pins give way, least recently used "
-                 "first, to requests that need the room)")
+        0,
+        ge=0,
+        description="Most KV cells the pinned prefixes hold together (0: no cap; pins give way, least recently used "
+        "first, to requests that need the room)",
+    )
     call_cost_rows: int = Field(
-    64,
-    ge=1,
-     description="Answer tries with at least this many nodes may be expanded best-first under answer_epsilon (smaller "
-                 "ones cost less in one pass)")
+        64,
+        ge=1,
+        description="Answer tries with at least this many nodes may be expanded best-first under answer_epsilon "
+        "(smaller ones cost less in one pass)",
+    )
     answer_epsilon: float = Field(
-    0.0,
-    ge=0.0,
-    lt=1.0,
-     description="Bound on the probability error of an uncalibrated answer with many options, expanded best-first "
-                 "(reported per answer as probability_bound); 0: always exact")
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Bound on the probability error of an uncalibrated answer with many options, expanded best-first "
+        "(reported per answer as probability_bound); 0: always exact",
+    )
     seed: int = Field(0, description="Sampling seed")
     flash_attn: bool = Field(True, description="Use flash attention (off: answers depend on where their KV cells lie)")
     deterministic: bool = Field(
-    True,
-     description="Score in llama.cpp call shapes whose numbers depend neither on batch-mates nor on server history "
-                 "(off: calls up to n_batch rows, faster on long prompts with a stock llama.cpp, answers move by its "
-                 "kernel noise)")
+        True,
+        description="Score in llama.cpp call shapes whose numbers depend neither on batch-mates nor on server history "
+        "(off: calls up to n_batch rows, faster on long prompts with a stock llama.cpp, answers move by its "
+        "kernel noise)",
+    )
     no_mmap: bool = Field(False, description="Read the model into memory instead of mapping it")
     repack: bool = Field(
-    False,
-     description="Use llama.cpp's repacked CPU weight layouts (batch-size-dependent numerics)")
+        False, description="Use llama.cpp's repacked CPU weight layouts (batch-size-dependent numerics)"
+    )
     chat_template_file: Path | None = Field(None, description="Jinja chat template overriding the GGUF's")
     chat_template: str | None = Field(None, description="Built-in template (chatml, gemma) overriding the GGUF's")
     verbose: bool = Field(False, description="Print llama.cpp's own logs")
@@ -178,43 +186,52 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address to listen on")
     port: int = Field(8000, ge=1, le=65535, description="Port to listen on")
     api_key: str | None = Field(
-    None, description="Require Authorization: Bearer <key> on /v1 routes, /invocations and /metrics")
+        None, description="Require Authorization: Bearer <key> on /v1 routes, /invocations and /metrics"
+    )
     open_invocations: bool = Field(
-    False,
-     description="/invocations needs no key even with api_key set (the SageMaker entrypoint's default: SageMaker "
-                 "authenticates callers at its edge)")
+        False,
+        description="/invocations needs no key even with api_key set (the SageMaker entrypoint's default: SageMaker "
+        "authenticates callers at its edge)",
+    )
     max_body_bytes: int = Field(6_291_456, ge=1024, description="Largest request body accepted (SageMaker's limit)")
     max_questions: int = Field(400, ge=1, description="Most questions in one decision request")
     max_options: int = Field(255, ge=2, description="Most options in one question")
     max_rotations: int = Field(8, ge=1, le=255, description="Most option-order rotations one request may ask for")
     max_request_rows: int = Field(
-    16384,
-    ge=1,
-     description="Most tokens one decision request may have evaluated (prompts and answer tries over its questions "
-                 "and rotations), counted before any evaluation")
+        16384,
+        ge=1,
+        description="Most tokens one decision request may have evaluated (prompts and answer tries over its questions "
+        "and rotations), counted before any evaluation",
+    )
     request_timeout: float = Field(
-    120.0,
-    ge=0,
-     description="Seconds one request may hold the engine (0: no limit); then it gets 504 and the engine moves on")
+        120.0,
+        ge=0,
+        description="Seconds one request may hold the engine (0: no limit); then it gets 504 and the engine moves on",
+    )
     max_tokens: int = Field(2048, ge=1, description="Most tokens one completion may generate")
     decision_batch: int = Field(
-    16,
-    ge=1,
-     description="Most waiting decision requests evaluated together in shared engine calls, each answer what it is "
-                 "alone (1: one at a time)")
+        16,
+        ge=1,
+        description="Most waiting decision requests evaluated together in shared engine calls, each answer what it is "
+        "alone (1: one at a time)",
+    )
     queue_size: int = Field(64, ge=1, description="Requests that may wait for the engine before 503")
     drain_timeout: float = Field(
-    20.0,
-    ge=0,
-     description="Seconds a stopping server (SIGTERM) lets in-flight and queued requests finish; then waiting ones "
-                 "get 503, generations stop, and it exits (SageMaker kills 30 s after its stop signal)")
+        20.0,
+        ge=0,
+        description="Seconds a stopping server (SIGTERM) lets in-flight and queued requests finish; then waiting ones "
+        "get 503, generations stop, and it exits (SageMaker kills 30 s after its stop signal)",
+    )
     probability_log: Path | None = Field(None, description="Append one JSON line per answer to this file")
     profiles_dir: Path | None = Field(None, description="Directory of calibration profiles (JSON)")
     swagger_ui: bool = Field(
-    False,
-     description="Serve the Swagger UI page at /docs (it loads its scripts from a CDN); /openapi.json is always served")
+        False,
+        description="Serve the Swagger UI page at /docs (it loads its scripts from a CDN); /openapi.json is always "
+        "served",
+    )
     systemone_extensions: bool = Field(
-    True, description="Add llamadecide's x_-prefixed fields (x_label_mass...) to System One answers")
+        True, description="Add llamadecide's x_-prefixed fields (x_label_mass...) to System One answers"
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -236,8 +253,9 @@ class Settings(BaseSettings):
         return resolve_model_path(self.model)
 
     def engine_config(self) -> EngineConfig:
-        template = self.chat_template_file.read_text(
-    encoding="utf-8") if self.chat_template_file else self.chat_template
+        template = (
+            self.chat_template_file.read_text(encoding="utf-8") if self.chat_template_file else self.chat_template
+        )
         return EngineConfig(
             model_path=self.model_path(),
             n_ctx=self.n_ctx,

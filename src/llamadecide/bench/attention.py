@@ -39,8 +39,10 @@ KERNELS = {  # name -> (environment, flash_attn, deterministic)
     "flash, stock": ({"GGML_CPU_FA_INVARIANT": "0", "GGML_CPU_FA_ROW_KERNEL": "0"}, True, False),
     "no flash": ({"GGML_CPU_FA_INVARIANT": "0", "GGML_CPU_FA_ROW_KERNEL": "0"}, False, False),
 }
-TEXT = ("The committee reviewed the quarterly figures, asked for the missing invoices, and agreed to meet "
-        "again after the audit. ")
+TEXT = (
+    "The committee reviewed the quarterly figures, asked for the missing invoices, and agreed to meet "
+    "again after the audit. "
+)
 
 
 def _tokens(engine: Engine, count: int, salt: int = 0) -> list[int]:
@@ -54,8 +56,11 @@ def _rows_after(engine: Engine, pin: list[int], tail: list[int]) -> list[np.ndar
 
 
 def worker(model: str, pins: list[int], rows: int, prompt: int, repeat: int, flash: bool, deterministic: bool) -> dict:
-    engine = Engine(EngineConfig(model_path=resolve_model_path(model), n_ctx=max(pins) + 1024, flash_attn=flash,
-                                 deterministic=deterministic))
+    engine = Engine(
+        EngineConfig(
+            model_path=resolve_model_path(model), n_ctx=max(pins) + 1024, flash_attn=flash, deterministic=deterministic
+        )
+    )
     out: dict = {"call_rows": engine.call_rows, "after_pin_ms": {}, "max_difference": {}}
     for length in pins:
         pin = _tokens(engine, length, salt=length)
@@ -106,8 +111,21 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in args.kernels:
         env = {**os.environ, **KERNELS[name][0]}
-        command = [sys.executable, "-m", "llamadecide.bench.attention", "--worker", name, "--rows", str(args.rows),
-                   "--prompt", str(args.prompt), "--repeat", str(args.repeat), "--pins", *map(str, args.pins)]
+        command = [
+            sys.executable,
+            "-m",
+            "llamadecide.bench.attention",
+            "--worker",
+            name,
+            "--rows",
+            str(args.rows),
+            "--prompt",
+            str(args.prompt),
+            "--repeat",
+            str(args.repeat),
+            "--pins",
+            *map(str, args.pins),
+        ]
         if args.model:
             command += ["--model", args.model]
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
@@ -121,13 +139,27 @@ def main(argv: list[str] | None = None) -> int:
     for length in args.pins:
         table.add_column(f"max diff ({length})", justify="right")
     for name, figures in results.items():
-        table.add_row(name, str(figures["call_rows"]), *(f"{figures['after_pin_ms'][str(n)]:.0f}" for n in args.pins),
-                      f"{figures['prompt_ms']:.0f}", *(f"{figures['max_difference'][str(n)]:.2g}" for n in args.pins))
+        table.add_row(
+            name,
+            str(figures["call_rows"]),
+            *(f"{figures['after_pin_ms'][str(n)]:.0f}" for n in args.pins),
+            f"{figures['prompt_ms']:.0f}",
+            *(f"{figures['max_difference'][str(n)]:.2g}" for n in args.pins),
+        )
     Console(width=200).print(table)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                       "rows": args.rows, "prompt": args.prompt, "kernels": results}, handle, indent=2)
+            json.dump(
+                {
+                    "machine": platform.processor() or platform.machine(),
+                    "cores": os.cpu_count(),
+                    "rows": args.rows,
+                    "prompt": args.prompt,
+                    "kernels": results,
+                },
+                handle,
+                indent=2,
+            )
     return 0
 
 

@@ -3,8 +3,8 @@
     python -m llamadecide.bench.batching [--model M] [--items 200] [--dataset agnews] [--json FILE]
 
 For each prompt format and for a head's hidden state, the same items are decided one by one
-(`Decider.decide`, `Decider.hidden`) and in shared calls (`Decider.decide_many`,
-`Decider.hidden_many`, BATCH items at a time), on one engine. Printed per row: seconds per item each
+(`Decider.decide`, `Measurer.hidden`) and in shared calls (`Decider.decide_many`,
+`Measurer.hidden_many`, BATCH items at a time), on one engine. Printed per row: seconds per item each
 way and their ratio, llama_decode calls, and the largest difference between an item's
 probabilities (or hidden state) alone and batched, which the engine's deterministic call shapes
 keep at 0.
@@ -24,6 +24,7 @@ from rich.table import Table
 from llamadecide.bench.quality import DATASETS
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.decisions import Decider, DecisionInput, Scoring
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
 
 BATCH = 16
@@ -41,26 +42,56 @@ def measure(engine: Engine, texts: list[str], question, layout: str) -> list[dic
     rule = Scoring(layout=layout)
     decider.decide(texts[0], [question], scoring=rule)  # pins the question prefix
     alone, alone_s, alone_calls = _timed(engine, lambda: [decider.decide(t, [question], scoring=rule) for t in texts])
-    shared, shared_s, shared_calls = _timed(engine, lambda: [
-        d for start in range(0, len(texts), BATCH)
-        for d in decider.decide_many([DecisionInput(t, [question], rule) for t in texts[start:start + BATCH]])])
-    gap = max(float(np.abs(np.array(a.answers[0].probabilities) - np.array(b.answers[0].probabilities)).max())
-              for a, b in zip(alone, shared))
-    rows = [{"work": f"decision, {layout}", "items": len(texts), "alone_s_per_item": alone_s / len(texts),
-             "batched_s_per_item": shared_s / len(texts), "speedup": alone_s / shared_s, "alone_calls": alone_calls,
-             "batched_calls": shared_calls, "max_difference": gap}]
+    shared, shared_s, shared_calls = _timed(
+        engine,
+        lambda: [
+            d
+            for start in range(0, len(texts), BATCH)
+            for d in decider.decide_many([DecisionInput(t, [question], rule) for t in texts[start : start + BATCH]])
+        ],
+    )
+    gap = max(
+        float(np.abs(np.array(a.answers[0].probabilities) - np.array(b.answers[0].probabilities)).max())
+        for a, b in zip(alone, shared)
+    )
+    rows = [
+        {
+            "work": f"decision, {layout}",
+            "items": len(texts),
+            "alone_s_per_item": alone_s / len(texts),
+            "batched_s_per_item": shared_s / len(texts),
+            "speedup": alone_s / shared_s,
+            "alone_calls": alone_calls,
+            "batched_calls": shared_calls,
+            "max_difference": gap,
+        }
+    ]
     if layout != "llamadecide-1":
+        measurer = Measurer(engine)
         states, alone_s, alone_calls = _timed(
-    engine, lambda: [
-        decider.hidden(
-            t, question, layout=layout) for t in texts])
-        shared, shared_s, shared_calls = _timed(engine, lambda: [ h for start in range(
-            0, len(texts), BATCH) for h in decider.hidden_many(texts[start:start + BATCH], question, layout=layout)])
+            engine, lambda: [measurer.hidden(t, question, layout=layout) for t in texts]
+        )
+        shared, shared_s, shared_calls = _timed(
+            engine,
+            lambda: [
+                h
+                for start in range(0, len(texts), BATCH)
+                for h in measurer.hidden_many(texts[start : start + BATCH], question, layout=layout)
+            ],
+        )
         gap = max(float(np.abs(a - b).max()) for a, b in zip(states, shared))
-        rows.append({"work": f"hidden state (a head's input), {layout}", "items": len(texts),
-                     "alone_s_per_item": alone_s / len(texts), "batched_s_per_item": shared_s / len(texts),
-                     "speedup": alone_s / shared_s, "alone_calls": alone_calls, "batched_calls": shared_calls,
-                     "max_difference": gap})
+        rows.append(
+            {
+                "work": f"hidden state (a head's input), {layout}",
+                "items": len(texts),
+                "alone_s_per_item": alone_s / len(texts),
+                "batched_s_per_item": shared_s / len(texts),
+                "speedup": alone_s / shared_s,
+                "alone_calls": alone_calls,
+                "batched_calls": shared_calls,
+                "max_difference": gap,
+            }
+        )
     return rows
 
 
@@ -88,17 +119,32 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(rows[-1]), flush=True)
     finally:
         engine.close()
-    table = Table(title=f"{path.name} · {args.dataset} · {engine.n_threads} threads · {platform.machine()} · "
-                        f"{BATCH} items per batch")
-    for column in ("work", "items", "alone s/item", "batched s/item", "speed-up", "calls alone", "calls batched",
-                   "max |alone - batched|"):
+    table = Table(
+        title=f"{path.name} · {args.dataset} · {engine.n_threads} threads · {platform.machine()} · "
+        f"{BATCH} items per batch"
+    )
+    for column in (
+        "work",
+        "items",
+        "alone s/item",
+        "batched s/item",
+        "speed-up",
+        "calls alone",
+        "calls batched",
+        "max |alone - batched|",
+    ):
         table.add_column(column, justify="left" if column == "work" else "right")
     for r in rows:
         table.add_row(
-    r["work"], str(
-        r["items"]), f"{r['alone_s_per_item']:.3f}", f"{r['batched_s_per_item']:.3f}", f"{r['speedup']:.2f}x", str(
-            r["alone_calls"]), str(
-                r["batched_calls"]), f"{r['max_difference']:.2g}")
+            r["work"],
+            str(r["items"]),
+            f"{r['alone_s_per_item']:.3f}",
+            f"{r['batched_s_per_item']:.3f}",
+            f"{r['speedup']:.2f}x",
+            str(r["alone_calls"]),
+            str(r["batched_calls"]),
+            f"{r['max_difference']:.2g}",
+        )
     Console(width=160).print(table)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -45,10 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     rows = []
     for target in args.targets:
-        config = RunConfig(out_dir=args.out if target == args.targets[0] else args.out / f"target-{target}",
-                           calibration_size=args.calibration_size, test_size=args.test_size, target_precision=target,
-                           confidence_level=args.confidence, dataset_fingerprint=file_fingerprint(args.data, "0", "1"),
-                           show_progress=target == args.targets[0])
+        config = RunConfig(
+            out_dir=args.out if target == args.targets[0] else args.out / f"target-{target}",
+            calibration_size=args.calibration_size,
+            test_size=args.test_size,
+            target_precision=target,
+            confidence_level=args.confidence,
+            dataset_fingerprint=file_fingerprint(args.data, "0", "1"),
+            show_progress=target == args.targets[0],
+        )
         if target != args.targets[0]:
             config.out_dir.mkdir(parents=True, exist_ok=True)
             (config.out_dir / "cache.sqlite").unlink(missing_ok=True)
@@ -59,8 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         th = summary["threshold"]
         rows.append((target, th["calibration"], th["test"]))
     table = Table(title=f"thresholds at {args.confidence:.0%} confidence (calibrated probabilities)")
-    for column in ("target precision", "threshold", "calibration coverage",
-                   "CP lower bound", "test coverage", "test precision"):
+    for column in (
+        "target precision",
+        "threshold",
+        "calibration coverage",
+        "CP lower bound",
+        "test coverage",
+        "test precision",
+    ):
         table.add_column(column, justify="right")
     for target, cal, test in rows:
         if cal is None:
@@ -68,12 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             precision = "-" if test["precision"] is None else f"{test['precision']:.3f}"
             table.add_row(
-    f"{target:.2f}",
-    f"{cal['threshold']:.2f}",
-    f"{cal['coverage']:.1%}",
-    f"{cal['lower_bound']:.3f}",
-    f"{test['coverage']:.1%}",
-     precision)
+                f"{target:.2f}",
+                f"{cal['threshold']:.2f}",
+                f"{cal['coverage']:.1%}",
+                f"{cal['lower_bound']:.3f}",
+                f"{test['coverage']:.1%}",
+                precision,
+            )
     console.print(table)
     return 0
 

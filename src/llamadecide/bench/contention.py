@@ -22,8 +22,10 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-TICKET = ("I was charged twice for my subscription this month. The second payment went through on the 3rd and "
-          "my bank shows both. I want the duplicate refunded and I want to know why it happened. ") * 3
+TICKET = (
+    "I was charged twice for my subscription this month. The second payment went through on the 3rd and "
+    "my bank shows both. I want the duplicate refunded and I want to know why it happened. "
+) * 3
 OPTIONS = ["billing", "technical support", "account security", "sales", "cancellations"]
 
 

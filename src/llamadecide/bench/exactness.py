@@ -38,13 +38,16 @@ def questions() -> list[tuple[str, object]]:
         (TICKET, choice("Which team should handle this ticket?", ["billing", "technical support", "account security"])),
         (TICKET, choice("Which team?", ["billing", "Billing", "bIlling", "BILLING"])),
         (TICKET, predicate("The customer asks for money back.")),
-        ("Please put me through to technical support.", choice(
-            "Which department?", ["technical", "technical support"])),
+        (
+            "Please put me through to technical support.",
+            choice("Which department?", ["technical", "technical support"]),
+        ),
     ]
     intents = DATA / "banking77" / "categories.json"
     if intents.exists():
-        cases.append(("I still have not received my new card.", choice(
-            "Which intent?", json.loads(intents.read_text())[:20])))
+        cases.append(
+            ("I still have not received my new card.", choice("Which intent?", json.loads(intents.read_text())[:20]))
+        )
     return cases
 
 
@@ -73,11 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     reference = ReferenceModel(path)
     decider = Decider(engine)
     table = Table(title=f"log-probability differences in nats, {engine.model_name} (max / mean over options)")
-    for column in ("question", "K", "batched - naive", "shifted - naive",
-                   "naive - exact", "batched - exact", "prob. gap batched/exact"):
+    for column in (
+        "question",
+        "K",
+        "batched - naive",
+        "shifted - naive",
+        "naive - exact",
+        "batched - exact",
+        "prob. gap batched/exact",
+    ):
         table.add_column(column, justify="right")
     for state, question in questions():
-        item = decider._tokenize(state, question)
+        item = decider.planner.tokenize(state, question)
         batched = [float(o.logprob) for o in decider.decide(state, [question]).answers[0].options]
         naive, shifted, exact = [], [], []
         for sequence, boundary in zip(item.sequences, item.boundaries):
@@ -94,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             return w / w.sum()
 
         gap = np.abs(softmax(b) - softmax(x)).max()
-        table.add_row(question.instructions[:28], str(len(b)), cell(b - n),
-                      cell(s - n), cell(n - x), cell(b - x), f"{gap:.3f}")
+        table.add_row(
+            question.instructions[:28], str(len(b)), cell(b - n), cell(s - n), cell(n - x), cell(b - x), f"{gap:.3f}"
+        )
     Console(width=170).print(table)
     return 0
 

@@ -41,13 +41,21 @@ from llamadecide.calibration.run import split
 from llamadecide.calibration.variants import choose_demonstrations
 from llamadecide.decisions import Decider, Scoring
 from llamadecide.decisions.maths import HIDDEN_ONLY
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import HEAD_ONLY_FORMATS, INPUT_ONLY, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
 from llamadecide.decisions.rules import Demonstration, Head
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
 
 
-def run_layout(engine: Engine, decider: Decider, question, texts: list[str], gold: np.ndarray, rule: Scoring,
-               method: str = "zero-shot") -> dict:
+def run_layout(
+    engine: Engine,
+    decider: Decider,
+    question,
+    texts: list[str],
+    gold: np.ndarray,
+    rule: Scoring,
+    method: str = "zero-shot",
+) -> dict:
     engine.clear_cache()
     began = time.perf_counter()
     decider.decide(texts[-1], [question], scoring=rule)  # evaluates and pins the question prefix (not counted)
@@ -64,25 +72,50 @@ def run_layout(engine: Engine, decider: Decider, question, texts: list[str], gol
         correct.append(int(np.argmax(decision.answers[0].probabilities)) == int(y))
         losses.append(-float(np.log(max(decision.answers[0].probabilities[int(y)], 1e-12))))
         bounds.append(decision.answers[0].bound)
-    return {"layout": rule.layout, "shots": len(rule.demonstrations), "method": method, "epsilon": decider.epsilon,
-            "max_bound": float(max(bounds)), "items": len(seconds),
-            "rows_per_request": float(np.mean(rows)), "decode_calls": float(np.mean(calls)),
-            "cached_tokens": float(np.median(cached)), "p50_s": float(np.median(seconds)),
-            "p95_s": float(np.percentile(seconds, 95)), "first_s": first, "accuracy": float(np.mean(correct)),
-            "nll": float(np.mean(losses))}
+    return {
+        "layout": rule.layout,
+        "shots": len(rule.demonstrations),
+        "method": method,
+        "epsilon": decider.epsilon,
+        "max_bound": float(max(bounds)),
+        "items": len(seconds),
+        "rows_per_request": float(np.mean(rows)),
+        "decode_calls": float(np.mean(calls)),
+        "cached_tokens": float(np.median(cached)),
+        "p50_s": float(np.median(seconds)),
+        "p95_s": float(np.percentile(seconds, 95)),
+        "first_s": first,
+        "accuracy": float(np.mean(correct)),
+        "nll": float(np.mean(losses)),
+    }
 
 
-def fit_hidden_head(decider: Decider, question, rule: Scoring, texts: list[str], y: np.ndarray, *,
-                    lexical: bool = True) -> Head:
+def fit_hidden_head(
+    measurer: Measurer, question, rule: Scoring, texts: list[str], y: np.ndarray, *, lexical: bool = True
+) -> Head:
     """A head on the hidden state alone (with the lexical expert), C chosen by cross-validated NLL
     among calibrate's grid, fitted on these labelled items (hidden states read 16 to a call)."""
-    H = np.array([h for start in range(0, len(texts), 16)
-                  for h in decider.hidden_many(texts[start:start + 16], question, demonstrations=rule.demonstrations,
-                                               layout=rule.layout)])
+    H = np.array(
+        [
+            h
+            for start in range(0, len(texts), 16)
+            for h in measurer.hidden_many(
+                texts[start : start + 16], question, demonstrations=rule.demonstrations, layout=rule.layout
+            )
+        ]
+    )
     L = np.zeros((len(texts), len(question.options)))  # not read by this head
-    best = min(HEAD_C_GRID, key=lambda C: cross_validated(
-        L, None, y, Candidate("head", False, C=C, lexical=lexical, features=HIDDEN_ONLY), hidden=H,
-        texts=texts if lexical else None)["nll"])
+    best = min(
+        HEAD_C_GRID,
+        key=lambda C: cross_validated(
+            L,
+            None,
+            y,
+            Candidate("head", False, C=C, lexical=lexical, features=HIDDEN_ONLY),
+            hidden=H,
+            texts=texts if lexical else None,
+        )["nll"],
+    )
     fitted = fit_head(L, H, y, C=best, texts=texts if lexical else None, features=HIDDEN_ONLY)
     return HeadParams.from_calibrator(fitted).build()
 
@@ -98,10 +131,11 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
     rules = [Scoring(layout=PROMPT_FORMAT_VERSION)]
     for layout in (*QUESTION_FIRST_FORMATS, INPUT_ONLY):
         rules.append(Scoring(layout=layout))
-        for per_class in (args.shots_per_class if layout not in HEAD_ONLY_FORMATS else ()):
+        for per_class in args.shots_per_class if layout not in HEAD_ONLY_FORMATS else ():
             chosen = choose_demonstrations(items, y, pool, per_class * len(task.options), args.seed)
-            rules.append(Scoring(layout=layout, demonstrations=tuple(Demonstration(items[i].text, int(y[i]))
-                                                                     for i in chosen)))
+            rules.append(
+                Scoring(layout=layout, demonstrations=tuple(Demonstration(items[i].text, int(y[i])) for i in chosen))
+            )
     rows = []
 
     def record(row: dict) -> None:
@@ -111,18 +145,37 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
     for rule in rules:
         if args.layouts and rule.layout not in args.layouts:
             continue
-        for epsilon in (args.epsilon if rule.layout not in HEAD_ONLY_FORMATS else ()):  # those show no options
+        for epsilon in args.epsilon if rule.layout not in HEAD_ONLY_FORMATS else ():  # those show no options
             record(run_layout(engine, Decider(engine, epsilon=epsilon), question, texts, y[test], rule))
         if args.head_labels and rule.layout != PROMPT_FORMAT_VERSION:
             shown = {d.input for d in rule.demonstrations}
             labelled = [int(i) for i in pool if items[i].text not in shown][: args.head_labels]
-            head = fit_hidden_head(Decider(engine), question, rule, [items[i].text for i in labelled], y[labelled],
-                                   lexical=args.lexical)
+            head = fit_hidden_head(
+                Measurer(engine), question, rule, [items[i].text for i in labelled], y[labelled], lexical=args.lexical
+            )
             expert = " + lexical" if args.lexical else ""
-            record(run_layout(engine, Decider(engine), question, texts, y[test], replace(rule, head=head),
-                              method=f"head, hidden state{expert} ({len(labelled)} labels)"))
-    baseline = next((r for r in rows if r["layout"] == PROMPT_FORMAT_VERSION and r["shots"] == 0
-                     and r["method"] == "zero-shot" and r["epsilon"] == min(args.epsilon, default=0.0)), None)
+            record(
+                run_layout(
+                    engine,
+                    Decider(engine),
+                    question,
+                    texts,
+                    y[test],
+                    replace(rule, head=head),
+                    method=f"head, hidden state{expert} ({len(labelled)} labels)",
+                )
+            )
+    baseline = next(
+        (
+            r
+            for r in rows
+            if r["layout"] == PROMPT_FORMAT_VERSION
+            and r["shots"] == 0
+            and r["method"] == "zero-shot"
+            and r["epsilon"] == min(args.epsilon, default=0.0)
+        ),
+        None,
+    )
     for row in rows:
         if baseline is not None:
             row["p50_speedup"] = baseline["p50_s"] / row["p50_s"]
@@ -133,34 +186,37 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
 def print_table(rows: list[dict], console: Console, title: str) -> None:
     table = Table(title=title)
     for column in (
-    "data set",
-    "layout",
-    "shots",
-    "method",
-    "epsilon",
-    "rows/request",
-    "decode calls",
-    "p50 s",
-    "p95 s",
-    "first s",
-    "accuracy",
-    "NLL",
-     "p50 speed-up"):
+        "data set",
+        "layout",
+        "shots",
+        "method",
+        "epsilon",
+        "rows/request",
+        "decode calls",
+        "p50 s",
+        "p95 s",
+        "first s",
+        "accuracy",
+        "NLL",
+        "p50 speed-up",
+    ):
         table.add_column(column, justify="left" if column in ("data set", "layout") else "right")
     for r in rows:
-        table.add_row(r["dataset"],
-    r["layout"],
-    str(r["shots"]),
-    r["method"],
-    f"{r['epsilon']:g}",
-    f"{r['rows_per_request']:.1f}",
-    f"{r['decode_calls']:.2f}",
-    f"{r['p50_s']:.3f}",
-    f"{r['p95_s']:.3f}",
-    f"{r['first_s']:.2f}",
-    f"{r['accuracy']:.3f}",
-    f"{r['nll']:.3f}",
-     f"{r['p50_speedup']:.2f}x" if "p50_speedup" in r else "-")
+        table.add_row(
+            r["dataset"],
+            r["layout"],
+            str(r["shots"]),
+            r["method"],
+            f"{r['epsilon']:g}",
+            f"{r['rows_per_request']:.1f}",
+            f"{r['decode_calls']:.2f}",
+            f"{r['p50_s']:.3f}",
+            f"{r['p95_s']:.3f}",
+            f"{r['first_s']:.2f}",
+            f"{r['accuracy']:.3f}",
+            f"{r['nll']:.3f}",
+            f"{r['p50_speedup']:.2f}x" if "p50_speedup" in r else "-",
+        )
     console.print(table)
 
 
@@ -169,14 +225,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", nargs="+", default=["agnews"], choices=list(DATASETS))
     parser.add_argument("--items", type=int, default=40, help="test items decided per layout")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct", help="bundled model name or GGUF path")
-    parser.add_argument("--shots-per-class", type=int, nargs="*", default=[1],
-                        help="question-first layouts with this many demonstrations per class (none: zero-shot only)")
+    parser.add_argument(
+        "--shots-per-class",
+        type=int,
+        nargs="*",
+        default=[1],
+        help="question-first layouts with this many demonstrations per class (none: zero-shot only)",
+    )
     parser.add_argument("--layouts", nargs="*", default=None, help="only these prompt formats")
-    parser.add_argument("--epsilon", type=float, nargs="*", default=[0.0],
-                        help="answer bounds to run each layout with (0: exact answer tries; none: heads only)")
-    parser.add_argument("--head-labels", type=int, default=0,
-                        help="also fit and time a head on the hidden state (+ lexical) on this many labelled items, "
-                             "every layout but llamadecide-1 (0: none)")
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        nargs="*",
+        default=[0.0],
+        help="answer bounds to run each layout with (0: exact answer tries; none: heads only)",
+    )
+    parser.add_argument(
+        "--head-labels",
+        type=int,
+        default=0,
+        help="also fit and time a head on the hidden state (+ lexical) on this many labelled items, "
+        "every layout but llamadecide-1 (0: none)",
+    )
     parser.add_argument("--no-lexical", dest="lexical", action="store_false", help="heads without the lexical expert")
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=None)
@@ -186,11 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = resolve_model_path(args.model)
     engine = Engine(
-    EngineConfig(
-        model_path=path,
-        n_ctx=args.n_ctx,
-        n_threads=args.threads,
-         n_gpu_layers=args.n_gpu_layers))
+        EngineConfig(model_path=path, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
+    )
     rows: list[dict] = []
     try:
         for name in args.dataset:
@@ -201,8 +268,19 @@ def main(argv: list[str] | None = None) -> int:
     title = f"{path.name} · {device} · {engine.n_threads} threads · {platform.processor() or platform.machine()}"
     print_table(rows, Console(width=150), title)
     if args.json:
-        args.json.write_text(json.dumps({"model": path.name, "device": device, "threads": engine.n_threads,
-                                         "machine": platform.machine(), "rows": rows}, indent=2), encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "model": path.name,
+                    "device": device,
+                    "threads": engine.n_threads,
+                    "machine": platform.machine(),
+                    "rows": rows,
+                },
+                indent=2,
+            ),
+            encoding="utf-8",
+        )
     return 0
 
 

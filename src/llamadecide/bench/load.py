@@ -41,7 +41,7 @@ class Record:
 def decision_body(task: Task, item: LabelledItem, *, profile: str | None = None, predicate: str | None = None) -> dict:
     """A decision request for an item: the task's question (under a served calibration profile, when
     named), or a yes/no predicate."""
-    question = ({"type": "predicate", "instructions": predicate} if predicate else wire_question(task.question()))
+    question = {"type": "predicate", "instructions": predicate} if predicate else wire_question(task.question())
     body = {"model": "default", "input": item.text, "questions": [question]}
     if profile:
         body["llamadecide"] = {"profile": profile}
@@ -50,9 +50,15 @@ def decision_body(task: Task, item: LabelledItem, *, profile: str | None = None,
 
 def chat_body(task: Task, item: LabelledItem) -> dict:
     options = ", ".join(str(o) for o in task.options)
-    prompt = (f"{item.text}\n\n{task.instructions}\nAnswer with exactly one of: {options}. Write only the answer.")
-    return {"model": "default", "messages": [{"role": "user", "content": prompt}], "max_tokens": 12, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}}
+    prompt = f"{item.text}\n\n{task.instructions}\nAnswer with exactly one of: {options}. Write only the answer."
+    return {
+        "model": "default",
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 def parse_choice(text: str, options: list[Any]) -> int | None:
@@ -81,12 +87,19 @@ async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | Non
             if response.status_code != 200:
                 return Record(kind, response.status_code, latency, error=response.text[:200])
             answer = response.json()["answers"][0]
-            probs = [
-    p["probability"] for p in answer["probabilities"]] if "probabilities" in answer else [
-        answer["probability"],
-         1 - answer["probability"]]
-            return Record(kind, 200, latency, tokens=response.json()["usage"]["input_tokens"],
-                          correct=(int(np.argmax(probs)) == gold) if gold is not None else None, valid=True)
+            probs = (
+                [p["probability"] for p in answer["probabilities"]]
+                if "probabilities" in answer
+                else [answer["probability"], 1 - answer["probability"]]
+            )
+            return Record(
+                kind,
+                200,
+                latency,
+                tokens=response.json()["usage"]["input_tokens"],
+                correct=(int(np.argmax(probs)) == gold) if gold is not None else None,
+                valid=True,
+            )
         text, ttft, tokens = "", None, None
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:
             if response.status_code != 200:
@@ -104,11 +117,17 @@ async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | Non
                         ttft = time.perf_counter() - began
                     text += piece
         picked = parse_choice(text, task.options)
-        return Record(kind, 200, time.perf_counter() - began, ttft, tokens,
-                      correct=(
-    picked == gold) if gold is not None and picked is not None else (
-        False if gold is not None else None),
-                      valid=picked is not None)
+        return Record(
+            kind,
+            200,
+            time.perf_counter() - began,
+            ttft,
+            tokens,
+            correct=(picked == gold)
+            if gold is not None and picked is not None
+            else (False if gold is not None else None),
+            valid=picked is not None,
+        )
     except Exception as exc:  # a benchmark records failures, it does not stop on them
         return Record(kind, 0, time.perf_counter() - began, error=f"{type(exc).__name__}: {exc}")
 
@@ -135,19 +154,32 @@ async def engine_counters(client: httpx.AsyncClient) -> dict[str, float] | None:
     return {key: float(values[name]) for key, name in ENGINE_METRICS.items()}
 
 
-async def run_level(url: str, api_key: str | None, kind: str, task: Task, items: list[LabelledItem], golds: list[int],
-                    concurrency: int, requests: int, warmup: int, *, profile: str | None = None,
-                    predicate: str | None = None) -> tuple[list[Record], float, dict[str, float] | None]:
+async def run_level(
+    url: str,
+    api_key: str | None,
+    kind: str,
+    task: Task,
+    items: list[LabelledItem],
+    golds: list[int],
+    concurrency: int,
+    requests: int,
+    warmup: int,
+    *,
+    profile: str | None = None,
+    predicate: str | None = None,
+) -> tuple[list[Record], float, dict[str, float] | None]:
     """One concurrency level: `requests` measured requests from `concurrency` clients after `warmup`
     unmeasured ones. Returns the records, the wall time, and what the engine did for the measured
     requests (counter deltas from /metrics; None when the server does not expose them)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
+
         def make(task: Task, item: LabelledItem) -> dict:
             if kind == "decision":
                 return decision_body(task, item, profile=profile, predicate=predicate)
             return chat_body(task, item)
+
         for i in range(warmup):
             await _one(client, kind, make(task, items[i % len(items)]), None, task)
         queue: asyncio.Queue = asyncio.Queue()
@@ -200,8 +232,11 @@ def floor_figures(summary: dict, work: dict[str, float] | None, seconds_per_row:
     if not work or not summary.get("ok"):
         return {}
     ok = summary["ok"]
-    out = {"rows_per_request": work["rows"] / ok, "decode_calls_per_request": work["decode_calls"] / ok,
-           "decisions_per_engine_run": work["decisions"] / work["runs"] if work["runs"] else None}
+    out = {
+        "rows_per_request": work["rows"] / ok,
+        "decode_calls_per_request": work["decode_calls"] / ok,
+        "decisions_per_engine_run": work["decisions"] / work["runs"] if work["runs"] else None,
+    }
     if seconds_per_row:
         out["floor_s_per_request"] = out["rows_per_request"] * seconds_per_row
         out["floor_efficiency"] = out["floor_s_per_request"] * summary["throughput_rps"]
@@ -215,10 +250,17 @@ def summarise(records: list[Record], wall_s: float) -> dict:
     def pct(q: float) -> float | None:
         return float(np.quantile(latencies, q)) if latencies else None
 
-    out = {"requests": len(records), "ok": len(ok), "error_rate": 1 - len(ok) / len(records) if records else 0.0,
-           "p50_s": pct(0.5), "p95_s": pct(0.95), "p99_s": pct(0.99),
-           "mean_s": statistics.fmean(latencies) if latencies else None,
-           "throughput_rps": len(ok) / wall_s if wall_s > 0 else 0.0, "wall_s": wall_s}
+    out = {
+        "requests": len(records),
+        "ok": len(ok),
+        "error_rate": 1 - len(ok) / len(records) if records else 0.0,
+        "p50_s": pct(0.5),
+        "p95_s": pct(0.95),
+        "p99_s": pct(0.99),
+        "mean_s": statistics.fmean(latencies) if latencies else None,
+        "throughput_rps": len(ok) / wall_s if wall_s > 0 else 0.0,
+        "wall_s": wall_s,
+    }
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     if ttfts:
         out["ttft_p50_s"] = float(np.median(ttfts))

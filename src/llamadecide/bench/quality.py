@@ -58,19 +58,16 @@ class Dataset:
     test: int
 
 
-DATASETS = { "agnews": Dataset(SHARED /
-    "agnews" /
-    "test.tsv", TASKS_DIR /
-    "agnews.yaml", "0", "1", 500, 300), "sst2": Dataset(SHARED /
-    "sst2" /
-    "dev.tsv", TASKS_DIR /
-    "sst2.yaml", "sentence", "label", 500, 300), "banking77": Dataset(SHARED /
-    "banking77" /
-    "test.csv", TASKS_DIR /
-    "banking77.yaml", "text", "category", 1000, 300), "banking77-phrases": Dataset(SHARED /
-    "banking77" /
-    "test.csv", TASKS_DIR /
-     "banking77-phrases.yaml", "text", "category", 1000, 300), }
+DATASETS = {
+    "agnews": Dataset(SHARED / "agnews" / "test.tsv", TASKS_DIR / "agnews.yaml", "0", "1", 500, 300),
+    "sst2": Dataset(SHARED / "sst2" / "dev.tsv", TASKS_DIR / "sst2.yaml", "sentence", "label", 500, 300),
+    "banking77": Dataset(
+        SHARED / "banking77" / "test.csv", TASKS_DIR / "banking77.yaml", "text", "category", 1000, 300
+    ),
+    "banking77-phrases": Dataset(
+        SHARED / "banking77" / "test.csv", TASKS_DIR / "banking77-phrases.yaml", "text", "category", 1000, 300
+    ),
+}
 TARGET = 0.9
 CONFIDENCE = 0.95
 
@@ -79,9 +76,12 @@ def measure(P: np.ndarray, y: np.ndarray, P_cal_oof: np.ndarray | None, y_cal: n
     """Test-part figures, and auto-handling at TARGET precision with a threshold chosen on held-out
     labelled-part probabilities."""
     pred = P.argmax(1)
-    row = {"accuracy": float((pred == y).mean()),
-           "macro_f1": float(f1_score(y, pred, average="macro", labels=np.arange(P.shape[1]), zero_division=0)),
-           "nll": metrics.nll(P, y), "ece": metrics.ece(P, y)}
+    row = {
+        "accuracy": float((pred == y).mean()),
+        "macro_f1": float(f1_score(y, pred, average="macro", labels=np.arange(P.shape[1]), zero_division=0)),
+        "nll": metrics.nll(P, y),
+        "ece": metrics.ece(P, y),
+    }
     row.update(auto_coverage=0.0, auto_precision=None, threshold=None)
     if P_cal_oof is not None:
         threshold = guaranteed_threshold(P_cal_oof, y_cal)
@@ -96,8 +96,9 @@ def guaranteed_threshold(P_oof: np.ndarray, y: np.ndarray) -> Threshold | None:
     return select_threshold(confidence(P_oof), P_oof.argmax(1) == y, target=TARGET, confidence_level=CONFIDENCE)
 
 
-def tfidf_baseline(items: list[LabelledItem], y: np.ndarray, cal_idx: np.ndarray, test_idx: np.ndarray, k: int,
-                   analyzer: str = "word") -> dict:
+def tfidf_baseline(
+    items: list[LabelledItem], y: np.ndarray, cal_idx: np.ndarray, test_idx: np.ndarray, k: int, analyzer: str = "word"
+) -> dict:
     """TF-IDF + logistic regression on the labelled part: word uni- and bigrams, or (analyzer
     "char_wb") the character 2-4-grams of a head's lexical expert, alone."""
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -106,8 +107,11 @@ def tfidf_baseline(items: list[LabelledItem], y: np.ndarray, cal_idx: np.ndarray
     from sklearn.pipeline import make_pipeline
 
     def model():
-        vectorizer = (TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1) if analyzer == "word"
-                      else lexical.vectorizer(min_df=1))
+        vectorizer = (
+            TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1)
+            if analyzer == "word"
+            else lexical.vectorizer(min_df=1)
+        )
         return make_pipeline(vectorizer, LogisticRegression(C=10.0, max_iter=2000))
 
     texts = np.array([item.text for item in items], dtype=object)
@@ -123,8 +127,16 @@ def tfidf_baseline(items: list[LabelledItem], y: np.ndarray, cal_idx: np.ndarray
     folds = int(min(5, counts[counts > 0].min()))
     P_oof = None
     if folds >= 2:
-        P_oof = full(cross_val_predict(model(), texts[cal_idx], y[cal_idx], method="predict_proba",
-                                       cv=StratifiedKFold(folds, shuffle=True, random_state=0)), np.unique(y[cal_idx]))
+        P_oof = full(
+            cross_val_predict(
+                model(),
+                texts[cal_idx],
+                y[cal_idx],
+                method="predict_proba",
+                cv=StratifiedKFold(folds, shuffle=True, random_state=0),
+            ),
+            np.unique(y[cal_idx]),
+        )
     return measure(P_test, y[test_idx], P_oof, y[cal_idx])
 
 
@@ -134,12 +146,17 @@ def generate_and_parse(engine: Engine, task: Task, items: list[LabelledItem], y:
     hits, invalid, seconds = 0, 0, []
     names = [str(o) for o in task.options] if task.type != "predicate" else ["yes", "no"]
     for i in idx:
-        prompt = (f"{items[i].text}\n\n{task.instructions}\nAnswer with exactly one of: {', '.join(names)}. "
-                  "Write only the answer.")
+        prompt = (
+            f"{items[i].text}\n\n{task.instructions}\nAnswer with exactly one of: {', '.join(names)}. "
+            "Write only the answer."
+        )
         tokens = engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": prompt}]))
         began = time.perf_counter()
-        text = "".join(e.text for e in engine.generate(tokens, SamplingParams(max_tokens=16, temperature=0.0))
-                       if hasattr(e, "text"))
+        text = "".join(
+            e.text
+            for e in engine.generate(tokens, SamplingParams(max_tokens=16, temperature=0.0))
+            if hasattr(e, "text")
+        )
         seconds.append(time.perf_counter() - began)
         picked = parse_choice(text, names)
         invalid += picked is None
@@ -148,8 +165,14 @@ def generate_and_parse(engine: Engine, task: Task, items: list[LabelledItem], y:
     return {"accuracy": hits / n, "invalid_rate": invalid / n, "seconds_p50": float(np.median(seconds)), "items": n}
 
 
-def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_idx: np.ndarray, y: np.ndarray, *,
-                nested: bool = False) -> list[dict]:
+def method_rows(
+    scored: dict[Variant, VariantScores],
+    cal_idx: np.ndarray,
+    test_idx: np.ndarray,
+    y: np.ndarray,
+    *,
+    nested: bool = False,
+) -> list[dict]:
     """Zero-shot (or k-shot) and prior-corrected (no labels fitted) for each variant, the best head
     for each variant, the method `llamadecide calibrate` would choose, and (`nested`) that method
     measured by nested cross-validation on the labelled part. Items shown as demonstrations in a
@@ -161,38 +184,46 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
         shots = f"{variant.shots}-shot" if variant.shots else ""
         fixed = [(shots or "zero-shot", Candidate("none", False))]
         if data.content_free is not None:
-            fixed.append((f"{shots}, prior-corrected" if shots else "prior-corrected",
-                         Candidate("none", False, prior_correction=True)))
+            fixed.append(
+                (
+                    f"{shots}, prior-corrected" if shots else "prior-corrected",
+                    Candidate("none", False, prior_correction=True),
+                )
+            )
         for name, candidate in fixed:
             calibrator = fit_variant(candidate, data, cal_idx, y_cal)
-            rows.append({"method": name, "variant": variant.label, "labels_used": variant.shots,
-                         **measure(apply_variant(calibrator, data, test_idx), y_test,
-                                   apply_variant(calibrator, data, cal_idx), y_cal)})
+            rows.append(
+                {
+                    "method": name,
+                    "variant": variant.label,
+                    "labels_used": variant.shots,
+                    **measure(
+                        apply_variant(calibrator, data, test_idx),
+                        y_test,
+                        apply_variant(calibrator, data, cal_idx),
+                        y_cal,
+                    ),
+                }
+            )
     results, fitted = select(scored, cal_idx, y_cal)
     heads = [r for r in results if r["kind"] == "head"]
     for variant in scored:
-        for features, with_lexical, name in ((LOGLIK_HIDDEN, False, "head"), (LOGLIK_HIDDEN, True, "head + lexical"),
-                                             (HIDDEN_ONLY, False, "head, hidden state alone"),
-                                             (HIDDEN_ONLY, True, "head, hidden state alone + lexical")):
+        for features, with_lexical, name in (
+            (LOGLIK_HIDDEN, False, "head"),
+            (LOGLIK_HIDDEN, True, "head + lexical"),
+            (HIDDEN_ONLY, False, "head, hidden state alone"),
+            (HIDDEN_ONLY, True, "head, hidden state alone + lexical"),
+        ):
             mine = [
-    r for r in heads if (
-        r["mode"],
-        r["rotations"],
-        r["shots"],
-        r["layout"],
-        r["lexical"],
-        r["features"]) == (
-            variant.mode,
-            variant.rotations,
-            variant.shots,
-            variant.layout,
-            with_lexical,
-             features)]
+                r
+                for r in heads
+                if (r["mode"], r["rotations"], r["shots"], r["layout"], r["lexical"], r["features"])
+                == (variant.mode, variant.rotations, variant.shots, variant.layout, with_lexical, features)
+            ]
             if mine:
                 rows.append(
-    _fitted_row(
-        name, min(
-            mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y))
+                    _fitted_row(name, min(mine, key=lambda r: r["cv_nll"]), fitted, scored, cal_idx, test_idx, y)
+                )
     best, _ = choose(results)
     rows.append(_fitted_row("chosen by CV", best, fitted, scored, cal_idx, test_idx, y))
     if nested:
@@ -200,18 +231,24 @@ def method_rows(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, test_
     return rows
 
 
-def _fitted_row(name: str, result: dict, fitted: dict, scored: dict, cal_idx: np.ndarray, test_idx: np.ndarray,
-                y: np.ndarray) -> dict:
+def _fitted_row(
+    name: str, result: dict, fitted: dict, scored: dict, cal_idx: np.ndarray, test_idx: np.ndarray, y: np.ndarray
+) -> dict:
     variant, candidate = fitted[result["label"]]
     data = scored[variant]
     calibrator = fit_variant(candidate, data, cal_idx, y[cal_idx])
     oof = out_of_fold(candidate, data, cal_idx, y[cal_idx])
-    return {"method": name, "variant": result["label"], "labels_used": len(cal_idx),
-            **measure(apply_variant(calibrator, data, test_idx), y[test_idx], oof, y[cal_idx])}
+    return {
+        "method": name,
+        "variant": result["label"],
+        "labels_used": len(cal_idx),
+        **measure(apply_variant(calibrator, data, test_idx), y[test_idx], oof, y[cal_idx]),
+    }
 
 
-def nested_row(result: dict, fitted: dict, scored: dict, cal_idx: np.ndarray, y: np.ndarray, *, folds: int = 5,
-               seed: int = 1) -> dict:
+def nested_row(
+    result: dict, fitted: dict, scored: dict, cal_idx: np.ndarray, y: np.ndarray, *, folds: int = 5, seed: int = 1
+) -> dict:
     """The method chosen by CV, measured on the labelled part itself, with several times the items of
     a small test part: in each of `folds` outer folds, the threshold is chosen on out-of-fold
     probabilities of the other folds and the calibrator is refitted on them, as `calibrate` does on
@@ -231,8 +268,12 @@ def nested_row(result: dict, fitted: dict, scored: dict, cal_idx: np.ndarray, y:
     correct = P.argmax(1) == y_cal
     row = measure(P, y_cal, None, y_cal)
     row.update(auto_coverage=float(auto.mean()), auto_precision=float(correct[auto].mean()) if auto.any() else None)
-    return {"method": "chosen by CV, nested", "variant": f"{result['label']}; labelled part, {folds} outer folds",
-            "labels_used": int(round(len(cal_idx) * (folds - 1) / folds)), **row}
+    return {
+        "method": "chosen by CV, nested",
+        "variant": f"{result['label']}; labelled part, {folds} outer folds",
+        "labels_used": int(round(len(cal_idx) * (folds - 1) / folds)),
+        **row,
+    }
 
 
 def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, console: Console) -> dict:
@@ -242,10 +283,17 @@ def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, conso
     cal_idx, test_idx = split(len(items), args.labelled or dataset.labelled, args.test or dataset.test, args.seed)
     used = np.concatenate([cal_idx, test_idx])
     rotations = args.rotations if len(task.options) <= args.max_rotated_options else 1
-    config = RunConfig(out_dir=args.out, compare_modes=len(args.modes) > 1, rotations=rotations, shots=args.shots,
-                       show_progress=not args.quiet, only_mode=None if len(args.modes) > 1 else args.modes[0],
-                       layouts=tuple(args.layouts), shots_per_class=tuple(args.shots_per_class),
-                       row_budget=None)  # every method on every item: the bench compares them all
+    config = RunConfig(
+        out_dir=args.out,
+        compare_modes=len(args.modes) > 1,
+        rotations=rotations,
+        shots=args.shots,
+        show_progress=not args.quiet,
+        only_mode=None if len(args.modes) > 1 else args.modes[0],
+        layouts=tuple(args.layouts),
+        shots_per_class=tuple(args.shots_per_class),
+        row_budget=None,
+    )  # every method on every item: the bench compares them all
     cache = ScoreCache(args.out / f"cache-{model}-{name}.sqlite")
     began = time.perf_counter()
     try:
@@ -253,26 +301,59 @@ def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, conso
     finally:
         cache.close()
     rows = method_rows(scored, cal_idx, test_idx, y, nested=args.nested)
-    rows.append({"method": "TF-IDF + LR (baseline)", "variant": "words", "labels_used": len(cal_idx),
-                 **tfidf_baseline(items, y, cal_idx, test_idx, len(task.options))})
-    rows.append({"method": "TF-IDF + LR (baseline)", "variant": "char 2-4-grams", "labels_used": len(cal_idx),
-                 **tfidf_baseline(items, y, cal_idx, test_idx, len(task.options), analyzer="char_wb")})
+    rows.append(
+        {
+            "method": "TF-IDF + LR (baseline)",
+            "variant": "words",
+            "labels_used": len(cal_idx),
+            **tfidf_baseline(items, y, cal_idx, test_idx, len(task.options)),
+        }
+    )
+    rows.append(
+        {
+            "method": "TF-IDF + LR (baseline)",
+            "variant": "char 2-4-grams",
+            "labels_used": len(cal_idx),
+            **tfidf_baseline(items, y, cal_idx, test_idx, len(task.options), analyzer="char_wb"),
+        }
+    )
     generated = None
     if args.generate:
         generated = generate_and_parse(engine, task, items, y, test_idx[: args.generate])
-        rows.append({"method": "generate-and-parse (baseline)", "variant": f"{generated['items']} items",
-                     "labels_used": 0, "accuracy": generated["accuracy"], "macro_f1": None, "nll": None, "ece": None,
-                     "auto_coverage": None, "auto_precision": None, "threshold": None,
-                     "invalid_rate": generated["invalid_rate"]})
-    result = {"model": model, "dataset": name, "labelled": len(cal_idx), "test": len(test_idx), "seed": args.seed,
-              "rotations": rotations, "seconds": time.perf_counter() - began, "rows": rows}
+        rows.append(
+            {
+                "method": "generate-and-parse (baseline)",
+                "variant": f"{generated['items']} items",
+                "labels_used": 0,
+                "accuracy": generated["accuracy"],
+                "macro_f1": None,
+                "nll": None,
+                "ece": None,
+                "auto_coverage": None,
+                "auto_precision": None,
+                "threshold": None,
+                "invalid_rate": generated["invalid_rate"],
+            }
+        )
+    result = {
+        "model": model,
+        "dataset": name,
+        "labelled": len(cal_idx),
+        "test": len(test_idx),
+        "seed": args.seed,
+        "rotations": rotations,
+        "seconds": time.perf_counter() - began,
+        "rows": rows,
+    }
     print_table(result, console)
     return result
 
 
 def print_table(result: dict, console: Console) -> None:
-    table = Table(title=f"{result['dataset']} · {result['model']} · {result['labelled']} labelled, "
-                        f"{result['test']} test items (seed {result['seed']})")
+    table = Table(
+        title=f"{result['dataset']} · {result['model']} · {result['labelled']} labelled, "
+        f"{result['test']} test items (seed {result['seed']})"
+    )
     for column in ("method", "variant", "accuracy", "macro-F1", "NLL", "ECE", f"auto @ P>={TARGET}", "their precision"):
         table.add_column(column, justify="left" if column in ("method", "variant") else "right")
 
@@ -280,8 +361,16 @@ def print_table(result: dict, console: Console) -> None:
         return "-" if value is None else fmt.format(value)
 
     for row in result["rows"]:
-        table.add_row(row["method"], row["variant"], f(row["accuracy"]), f(row.get("macro_f1")), f(row.get("nll")),
-                      f(row.get("ece")), f(row.get("auto_coverage"), "{:.1%}"), f(row.get("auto_precision")))
+        table.add_row(
+            row["method"],
+            row["variant"],
+            f(row["accuracy"]),
+            f(row.get("macro_f1")),
+            f(row.get("nll")),
+            f(row.get("ece")),
+            f(row.get("auto_coverage"), "{:.1%}"),
+            f(row.get("auto_precision")),
+        )
     console.print(table)
 
 
@@ -293,51 +382,86 @@ def markdown(results: list[dict]) -> str:
         return "-" if value is None else fmt.format(value)
 
     for result in results:
-        out.append(f"**{result['dataset']}**, {result['model']}: {result['labelled']} labelled, {result['test']} test "
-                   f"items "
-                   f"(seed {result['seed']})\n")
+        out.append(
+            f"**{result['dataset']}**, {result['model']}: {result['labelled']} labelled, {result['test']} test "
+            f"items "
+            f"(seed {result['seed']})\n"
+        )
         out.append(
             f"| method | variant | labels used | accuracy | macro-F1 | NLL | ECE | auto @ precision {TARGET} | their "
-            f"precision |")
+            f"precision |"
+        )
         out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for row in result["rows"]:
-            out.append(f"| {row['method']} | {row['variant']} | {row['labels_used']} | {f(row['accuracy'])} | "
-                       f"{f(row.get('macro_f1'))} | {f(row.get('nll'))} | {f(row.get('ece'))} | "
-                       f"{f(row.get('auto_coverage'), '{:.1%}')} | {f(row.get('auto_precision'))} |")
+            out.append(
+                f"| {row['method']} | {row['variant']} | {row['labels_used']} | {f(row['accuracy'])} | "
+                f"{f(row.get('macro_f1'))} | {f(row.get('nll'))} | {f(row.get('ece'))} | "
+                f"{f(row.get('auto_coverage'), '{:.1%}')} | {f(row.get('auto_precision'))} |"
+            )
         out.append("")
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", nargs="+", default=["qwen2.5-coder-1.5b-instruct"],
-                        help="bundled model names or GGUF paths")
-    parser.add_argument("--dataset", nargs="+", default=["agnews", "sst2", "banking77"], choices=list(DATASETS),
-                        help="data sets (banking77-phrases: Banking77 with its intents shown as plain phrases)")
+    parser.add_argument(
+        "--model", nargs="+", default=["qwen2.5-coder-1.5b-instruct"], help="bundled model names or GGUF paths"
+    )
+    parser.add_argument(
+        "--dataset",
+        nargs="+",
+        default=["agnews", "sst2", "banking77"],
+        choices=list(DATASETS),
+        help="data sets (banking77-phrases: Banking77 with its intents shown as plain phrases)",
+    )
     parser.add_argument("--labelled", type=int, default=None, help="labelled (calibration) items; default per data set")
     parser.add_argument("--test", type=int, default=None, help="test items; default per data set")
     parser.add_argument("--rotations", type=int, default=4, help="labels-mode rotations (data sets with few options)")
-    parser.add_argument("--shots", type=int, default=0,
-                        help="also measure k-shot: this many labelled items shown before each question")
-    parser.add_argument("--layouts", nargs="+", default=list(PROMPT_FORMATS), choices=list(PROMPT_FORMATS),
-                        help="prompt formats to measure (question-first ones zero-shot and many-shot)")
-    parser.add_argument("--shots-per-class", type=int, nargs="*", default=[1],
-                        help="question-first many-shot: demonstrations per class in the shared prefix (none: "
-                             "zero-shot only)")
+    parser.add_argument(
+        "--shots", type=int, default=0, help="also measure k-shot: this many labelled items shown before each question"
+    )
+    parser.add_argument(
+        "--layouts",
+        nargs="+",
+        default=list(PROMPT_FORMATS),
+        choices=list(PROMPT_FORMATS),
+        help="prompt formats to measure (question-first ones zero-shot and many-shot)",
+    )
+    parser.add_argument(
+        "--shots-per-class",
+        type=int,
+        nargs="*",
+        default=[1],
+        help="question-first many-shot: demonstrations per class in the shared prefix (none: zero-shot only)",
+    )
     parser.add_argument("--max-rotated-options", type=int, default=8)
-    parser.add_argument("--modes", nargs="+", default=["text", "labels"], choices=["text", "labels"],
-                        help="scoring modes to measure (text alone halves the cost on many-option sets)")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["text", "labels"],
+        choices=["text", "labels"],
+        help="scoring modes to measure (text alone halves the cost on many-option sets)",
+    )
     parser.add_argument("--generate", type=int, default=100, help="test items for generate-and-parse (0: skip)")
-    parser.add_argument("--nested", action="store_true",
-                        help="also measure the chosen method by nested cross-validation on the labelled part "
-                             "(its threshold's guarantee on several times the items of the test part)")
+    parser.add_argument(
+        "--nested",
+        action="store_true",
+        help="also measure the chosen method by nested cross-validation on the labelled part "
+        "(its threshold's guarantee on several times the items of the test part)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("runs/quality"))
     parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
     parser.add_argument("--quiet", action="store_true")
-    parser.add_argument("--markdown", type=Path, nargs="+", default=None, metavar="JSON",
-                        help="print the saved --json results as Markdown tables and exit")
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="print the saved --json results as Markdown tables and exit",
+    )
     args = parser.parse_args(argv)
     if args.markdown:
         print(markdown([r for path in args.markdown for r in json.loads(path.read_text(encoding="utf-8"))]))

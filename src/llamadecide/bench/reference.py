@@ -94,8 +94,10 @@ class ReferenceModel:
             x = x + attended.reshape(n, self.n_embd) @ self.w[p + "attn_output.weight"].T
             h = self._rms(x, self.w[p + "ffn_norm.weight"])
             gate = h @ self.w[p + "ffn_gate.weight"].T
-            x = x + ((gate / (1 + np.exp(-gate))) * \
-                     (h @ self.w[p + "ffn_up.weight"].T)) @ self.w[p + "ffn_down.weight"].T
+            x = (
+                x
+                + ((gate / (1 + np.exp(-gate))) * (h @ self.w[p + "ffn_up.weight"].T)) @ self.w[p + "ffn_down.weight"].T
+            )
         cache.tokens.extend(tokens)
         logits = self._rms(x, self.w["output_norm.weight"]) @ self.output.T
         peak = logits.max(-1, keepdims=True)

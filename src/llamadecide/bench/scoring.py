@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llamadecide.decisions import Decider, choice
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import build_messages
 from llamadecide.engine import Engine
 from llamadecide.settings import Settings
@@ -47,10 +48,26 @@ TICKET = (
 )
 PREVIOUS_TICKET = "Hi, the invoice for November lists three seats but we only have two users. Can you fix it?"
 TEAMS = [
-    "billing", "account security", "technical support", "sales", "customer success",
-    "shipping", "returns", "legal", "privacy", "partnerships", "mobile app", "web platform",
-    "identity verification", "payments engineering", "fraud prevention", "enterprise accounts",
-    "education discounts", "hardware repairs", "developer relations", "general enquiries",
+    "billing",
+    "account security",
+    "technical support",
+    "sales",
+    "customer success",
+    "shipping",
+    "returns",
+    "legal",
+    "privacy",
+    "partnerships",
+    "mobile app",
+    "web platform",
+    "identity verification",
+    "payments engineering",
+    "fraud prevention",
+    "enterprise accounts",
+    "education discounts",
+    "hardware repairs",
+    "developer relations",
+    "general enquiries",
 ]
 
 
@@ -64,9 +81,9 @@ def _median_seconds(run: Callable[[], object], repeats: int) -> float:
 
 
 def measure(engine: Engine, k: int, repeats: int) -> dict:
-    decider = Decider(engine)
+    decider, measurer = Decider(engine), Measurer(engine)
     question = choice("Which team should handle this ticket?", TEAMS[:k])
-    item = decider._tokenize(TICKET, question)
+    item = measurer.planner.tokenize(TICKET, question)
     prompt = engine.tokenize_prompt(engine.render_chat(build_messages(TICKET, question)))
 
     def decide_fresh() -> None:
@@ -85,7 +102,7 @@ def measure(engine: Engine, k: int, repeats: int) -> dict:
     prompt_only = statistics.median(engine.evaluate(prompt) for _ in range(repeats))
     decision = _median_seconds(decide_fresh, repeats)
     warm = statistics.median(decide_warm() for _ in range(repeats))
-    naive = _median_seconds(lambda: decider.decide_naive(TICKET, question), max(3, repeats // 2))
+    naive = _median_seconds(lambda: measurer.decide_naive(TICKET, question), max(3, repeats // 2))
     return {
         "k": k,
         "prompt_tokens": len(prompt),
@@ -102,9 +119,8 @@ def measure(engine: Engine, k: int, repeats: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-    "--model",
-    default=None,
-     help="GGUF path or bundled model name (default: the default bundled model)")
+        "--model", default=None, help="GGUF path or bundled model name (default: the default bundled model)"
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--n-gpu-layers", type=int, default=None)
     parser.add_argument("--flash-attn", action="store_true", help="use flash attention")
@@ -112,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options", type=int, nargs="+", default=[2, 5, 20])
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     args = parser.parse_args(argv)
-    overrides = {"model": args.model, "n_threads": args.threads, "n_gpu_layers": args.n_gpu_layers,
-                 "flash_attn": args.flash_attn or None}
+    overrides = {
+        "model": args.model,
+        "n_threads": args.threads,
+        "n_gpu_layers": args.n_gpu_layers,
+        "flash_attn": args.flash_attn or None,
+    }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     engine = Engine(settings.engine_config())
     rows = [measure(engine, k, args.repeats) for k in args.options]
@@ -121,37 +141,51 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             print(json.dumps(row))
     else:
-        table = Table(title=f"scoring: {engine.model_name}, {engine.n_threads} threads, "
-                            f"n_gpu_layers={engine.n_gpu_layers}"
-                                f"{', flash attention' if engine.config.flash_attn else ''}")
-        for column in ("K", "prompt tok", "answer tok", "prompt-only ms",
-                       "decision ms", "ratio", "warm ms", "naive ms", "vs naive"):
+        table = Table(
+            title=f"scoring: {engine.model_name}, {engine.n_threads} threads, "
+            f"n_gpu_layers={engine.n_gpu_layers}"
+            f"{', flash attention' if engine.config.flash_attn else ''}"
+        )
+        for column in (
+            "K",
+            "prompt tok",
+            "answer tok",
+            "prompt-only ms",
+            "decision ms",
+            "ratio",
+            "warm ms",
+            "naive ms",
+            "vs naive",
+        ):
             table.add_column(column, justify="right")
         for r in rows:
-            table.add_row( str(r["k"]),
-    str(r["prompt_tokens"]),
-    str(r["answer_tokens"]),
-    f"{r['prompt_only_ms']:.1f}",
-    f"{r['decision_ms']:.1f}",
-    f"{r['ratio']:.3f}",
-    f"{r['warm_decision_ms']:.1f}",
-    f"{r['naive_ms']:.1f}",
-    f"{r['speedup_vs_naive']:.1f}x",
-     )
+            table.add_row(
+                str(r["k"]),
+                str(r["prompt_tokens"]),
+                str(r["answer_tokens"]),
+                f"{r['prompt_only_ms']:.1f}",
+                f"{r['decision_ms']:.1f}",
+                f"{r['ratio']:.3f}",
+                f"{r['warm_decision_ms']:.1f}",
+                f"{r['naive_ms']:.1f}",
+                f"{r['speedup_vs_naive']:.1f}x",
+            )
         console = Console()
         console.print(table)
         for r in rows:
             if r["k"] == 5:
                 ok_ratio, ok_naive = r["ratio"] <= 1.25, r["speedup_vs_naive"] >= 3.0
                 console.print(
-                    f"K=5 target decision/prompt-only <= 1.25: {'met' if ok_ratio else 'NOT met'} ({r['ratio']:.3f})")
+                    f"K=5 target decision/prompt-only <= 1.25: {'met' if ok_ratio else 'NOT met'} ({r['ratio']:.3f})"
+                )
                 console.print(
-                    f"K=5 target naive/decision >= 3: {'met' if ok_naive else 'NOT met'} "
-                    f"({r['speedup_vs_naive']:.1f}x)")
+                    f"K=5 target naive/decision >= 3: {'met' if ok_naive else 'NOT met'} ({r['speedup_vs_naive']:.1f}x)"
+                )
                 ok_warm = r["warm_decision_ms"] < 2000
                 console.print(
                     f"K=5 target warm decision < 2 s: {'met' if ok_warm else 'NOT met'} "
-                    f"({r['warm_decision_ms'] / 1000:.2f} s)")
+                    f"({r['warm_decision_ms'] / 1000:.2f} s)"
+                )
     return 0
 
 

@@ -21,8 +21,13 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None, log_dir: Path | None = None,
-                 command: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+        command: list[str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.command = command
         self.url = f"http://127.0.0.1:{self.port}"
@@ -33,8 +38,15 @@ class ServerProcess:
 
     def start(self, timeout: float = 300.0) -> ServerProcess:
         self._log = open(self.log_path, "wb")
-        command = self.command or [sys.executable, "-m", "llamadecide.cli.main",
-            "serve", "--port", str(self.port), *self.args]
+        command = self.command or [
+            sys.executable,
+            "-m",
+            "llamadecide.cli.main",
+            "serve",
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         self.process = subprocess.Popen(command, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

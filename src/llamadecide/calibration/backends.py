@@ -10,8 +10,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from llamadecide.decisions import Decider, Question, Scoring
+from llamadecide.decisions import Question, Scoring
 from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.rules import Demonstration
 from llamadecide.errors import LlamaDecideError
@@ -30,13 +31,35 @@ class Backend(Protocol):
     supports_demonstrations: bool
 
     def identity(self) -> str: ...
-    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
-              demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION) -> ItemScores: ...
-    def content_free(self, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
-                     layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray | None]: ...
-    def score_many(self, texts: list[str], question: Question, *, rotations: int = 1, hidden: bool = False,
-                   demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION,
-                   answers: bool = True) -> list[ItemScores]: ...
+    def score(
+        self,
+        text: str,
+        question: Question,
+        *,
+        rotations: int = 1,
+        hidden: bool = False,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+    ) -> ItemScores: ...
+    def content_free(
+        self,
+        question: Question,
+        *,
+        rotations: int = 1,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+    ) -> tuple[np.ndarray, np.ndarray | None]: ...
+    def score_many(
+        self,
+        texts: list[str],
+        question: Question,
+        *,
+        rotations: int = 1,
+        hidden: bool = False,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+        answers: bool = True,
+    ) -> list[ItemScores]: ...
 
 
 class LocalBackend:
@@ -45,43 +68,76 @@ class LocalBackend:
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self.decider = Decider(engine)
+        self.measurer = Measurer(engine)
         self.description = f"local engine: {engine.model_path.name}"
 
     def identity(self) -> str:
         return self.engine.model_sha256
 
-    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
-              demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION) -> ItemScores:
-        logprobs, lengths, state = self.decider.scores(text, question, rotations=rotations, hidden=hidden,
-                                                       demonstrations=demonstrations, layout=layout)
+    def score(
+        self,
+        text: str,
+        question: Question,
+        *,
+        rotations: int = 1,
+        hidden: bool = False,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+    ) -> ItemScores:
+        logprobs, lengths, state = self.measurer.scores(
+            text, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations, layout=layout
+        )
         return ItemScores(logprobs, lengths, state)
 
-    def cost(self, text: str, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
-             layout: str = PROMPT_FORMAT_VERSION) -> tuple[float, float]:
+    def cost(
+        self,
+        text: str,
+        question: Question,
+        *,
+        rotations: int = 1,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+    ) -> tuple[float, float]:
         """Evaluated rows per item like `text`, (answers, hidden state alone), each row weighted by the
         pinned prefix it attends to (on the CPU a row over a 3,000-token prefix costs about three)."""
-        answer_rows, prompt_rows, pinned = self.decider.cost(
-            text, question, Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout))
+        answer_rows, prompt_rows, pinned = self.measurer.cost(
+            text, question, Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)
+        )
         weight = 1.0 + pinned / 1500
         return answer_rows * weight, prompt_rows * weight
 
-    def score_many(self, texts: list[str], question: Question, *, rotations: int = 1, hidden: bool = False,
-                   demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION,
-                   answers: bool = True) -> list[ItemScores]:
+    def score_many(
+        self,
+        texts: list[str],
+        question: Question,
+        *,
+        rotations: int = 1,
+        hidden: bool = False,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+        answers: bool = True,
+    ) -> list[ItemScores]:
         """Many items in shared engine calls, each scored as alone. Without `answers`, only the hidden
         state (no answer is scored; `logprobs` empty)."""
         if not answers:
-            states = self.decider.hidden_many(texts, question, demonstrations=demonstrations, layout=layout)
+            states = self.measurer.hidden_many(texts, question, demonstrations=demonstrations, layout=layout)
             return [ItemScores([], None, state) for state in states]
-        scored = self.decider.scores_many(texts, question, rotations=rotations, hidden=hidden,
-                                          demonstrations=demonstrations, layout=layout)
+        scored = self.measurer.scores_many(
+            texts, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations, layout=layout
+        )
         return [ItemScores(logprobs, lengths, state) for logprobs, lengths, state in scored]
 
-    def content_free(self, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
-                     layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray | None]:
-        return self.decider.content_free_scores(question, rotations=rotations, demonstrations=demonstrations,
-                                                layout=layout)
+    def content_free(
+        self,
+        question: Question,
+        *,
+        rotations: int = 1,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.measurer.content_free_scores(
+            question, rotations=rotations, demonstrations=demonstrations, layout=layout
+        )
 
 
 def wire_question(question: Question) -> dict[str, Any]:
@@ -89,10 +145,20 @@ def wire_question(question: Question) -> dict[str, Any]:
     if question.type == "predicate":
         return {"type": "predicate", "instructions": question.instructions}
     if question.type == "score":
-        return {"type": "score", "instructions": question.instructions, "levels": [
-            {"label": o.text, **({"description": o.description} if o.description else {})} for o in question.options]}
-    return {"type": "choice", "instructions": question.instructions, "choices": [
-        {"value": o.value, **({"description": o.description} if o.description else {})} for o in question.options]}
+        return {
+            "type": "score",
+            "instructions": question.instructions,
+            "levels": [
+                {"label": o.text, **({"description": o.description} if o.description else {})} for o in question.options
+            ],
+        }
+    return {
+        "type": "choice",
+        "instructions": question.instructions,
+        "choices": [
+            {"value": o.value, **({"description": o.description} if o.description else {})} for o in question.options
+        ],
+    }
 
 
 def _logprobs_from_answer(answer: dict, question: Question) -> ItemScores:
@@ -135,40 +201,75 @@ class _RemoteBackend:
 
     def identity(self) -> str:
         if self._identity is None:
-            probe = self._post({"model": "default", "input": "probe",
-                                "questions": [{"type": "predicate", "instructions": "This is a probe."}]})
+            probe = self._post(
+                {
+                    "model": "default",
+                    "input": "probe",
+                    "questions": [{"type": "predicate", "instructions": "This is a probe."}],
+                }
+            )
             ext = probe.get("llamadecide") or {}
             self._identity = ext.get("model_sha256") or f"{self.description}|{probe.get('model')}"
             if ext.get("prompt_format") not in (None, PROMPT_FORMAT_VERSION):
-                raise LlamaDecideError(f"the endpoint uses prompt format {ext['prompt_format']!r}, this tool "
-                                       f"{PROMPT_FORMAT_VERSION!r}")
+                raise LlamaDecideError(
+                    f"the endpoint uses prompt format {ext['prompt_format']!r}, this tool {PROMPT_FORMAT_VERSION!r}"
+                )
         return self._identity
 
-    def score(self, text: str, question: Question, *, rotations: int = 1, hidden: bool = False,
-              demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION) -> ItemScores:
+    def score(
+        self,
+        text: str,
+        question: Question,
+        *,
+        rotations: int = 1,
+        hidden: bool = False,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+    ) -> ItemScores:
         if hidden:
             raise LlamaDecideError(
-                f"{self.description} does not expose hidden states; fit heads with the local backend")
+                f"{self.description} does not expose hidden states; fit heads with the local backend"
+            )
         if demonstrations:
             raise LlamaDecideError(f"{self.description} takes no demonstrations; fit k-shot with the local backend")
         if layout != PROMPT_FORMAT_VERSION:
-            raise LlamaDecideError(f"{self.description} asks every question in {PROMPT_FORMAT_VERSION!r}; "
-                                   f"measure {layout!r} with the local backend")
+            raise LlamaDecideError(
+                f"{self.description} asks every question in {PROMPT_FORMAT_VERSION!r}; "
+                f"measure {layout!r} with the local backend"
+            )
         return _logprobs_from_answer(self._post(self._body(text, question, rotations))["answers"][0], question)
 
-    def score_many(self, texts: list[str], question: Question, *, rotations: int = 1, hidden: bool = False,
-                   demonstrations: tuple[Demonstration, ...] = (), layout: str = PROMPT_FORMAT_VERSION,
-                   answers: bool = True) -> list[ItemScores]:
+    def score_many(
+        self,
+        texts: list[str],
+        question: Question,
+        *,
+        rotations: int = 1,
+        hidden: bool = False,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+        answers: bool = True,
+    ) -> list[ItemScores]:
         """One request per item (the endpoint shares its own engine calls under load)."""
-        return [self.score(text, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations,
-                           layout=layout) for text in texts]
+        return [
+            self.score(text, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations, layout=layout)
+            for text in texts
+        ]
 
-    def content_free(self, question: Question, *, rotations: int = 1, demonstrations: tuple[Demonstration, ...] = (),
-                     layout: str = PROMPT_FORMAT_VERSION) -> tuple[np.ndarray, np.ndarray | None]:
+    def content_free(
+        self,
+        question: Question,
+        *,
+        rotations: int = 1,
+        demonstrations: tuple[Demonstration, ...] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """The endpoint's answers on content-free inputs (normalised log-probabilities: the prior is
         the same whether or not they were normalised)."""
-        rows = [self.score(text, question, rotations=rotations, demonstrations=demonstrations, layout=layout).logprobs
-                for text in CONTENT_FREE_INPUTS]
+        rows = [
+            self.score(text, question, rotations=rotations, demonstrations=demonstrations, layout=layout).logprobs
+            for text in CONTENT_FREE_INPUTS
+        ]
         return np.asarray(rows), None
 
 
@@ -204,9 +305,13 @@ class SageMakerBackend(_RemoteBackend):
         self.description = f"SageMaker endpoint {endpoint}"
 
     def _post(self, body: dict) -> dict:
-        response = self.client.invoke_endpoint(EndpointName=self.endpoint, ContentType="application/json",
-                                               Accept="application/json", CustomAttributes="route=/v1/decisions",
-                                               Body=json.dumps(body).encode())
+        response = self.client.invoke_endpoint(
+            EndpointName=self.endpoint,
+            ContentType="application/json",
+            Accept="application/json",
+            CustomAttributes="route=/v1/decisions",
+            Body=json.dumps(body).encode(),
+        )
         return json.loads(response["Body"].read())
 
 
@@ -217,6 +322,6 @@ def backend_from(spec: str | None, *, engine_factory, api_key: str | None = None
     if spec.startswith(("http://", "https://")):
         return HTTPBackend(spec, api_key)
     if spec.startswith("sagemaker:"):
-        name, _, region = spec[len("sagemaker:"):].partition("@")
+        name, _, region = spec[len("sagemaker:") :].partition("@")
         return SageMakerBackend(name, region or None)
     raise LlamaDecideError(f"unknown backend {spec!r}: use local, an http(s) URL, or sagemaker:ENDPOINT[@REGION]")

@@ -35,12 +35,10 @@ class ScoreCache:
         data = json.loads(row[0])
         hidden = data.get("hidden")
         return ItemScores(
-    data["logprobs"],
-    data["n_tokens"],
-    None if hidden is None else np.frombuffer(
-        base64.b64decode(hidden),
-        dtype="<f4").astype(
-            np.float64))
+            data["logprobs"],
+            data["n_tokens"],
+            None if hidden is None else np.frombuffer(base64.b64decode(hidden), dtype="<f4").astype(np.float64),
+        )
 
     def put(self, key: str, scores: ItemScores) -> None:
         data = {"logprobs": scores.logprobs, "n_tokens": scores.n_tokens}

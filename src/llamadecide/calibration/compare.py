@@ -45,7 +45,8 @@ def read_records(path: Path) -> dict[str, Record]:
                 log.warning("%s: skipping its torn last line %d (%s)", path, index + 1, exc.msg)
                 continue
             raise InvalidRequestError(
-                f"{path}, line {index + 1}: not a JSON record ({exc.msg}, column {exc.colno})") from None
+                f"{path}, line {index + 1}: not a JSON record ({exc.msg}, column {exc.colno})"
+            ) from None
         options = [json.dumps(o) if not isinstance(o, str) else o for o in r["options"]]
         if "id" in r:
             key, label = str(r["id"]), r.get("label")
@@ -67,14 +68,31 @@ def compare(a: dict[str, Record], b: dict[str, Record], *, max_flips: int = 50) 
     Pb = [np.asarray(b[k].probabilities) for k in keys]
     top_a = np.array([p.argmax() for p in Pa])
     top_b = np.array([p.argmax() for p in Pb])
-    kl = np.array([float(np.sum(p * (np.log(np.clip(p, 1e-12, 1)) - np.log(np.clip(q, 1e-12, 1)))))
-                  for p, q in zip(Pa, Pb)])
-    flips = [{"key": k, "a": a[k].options[i], "b": b[k].options[j], "p_a": float(pa.max()), "p_b": float(pb.max()),
-              "label": a[k].options[a[k].label] if a[k].label is not None else None}
-             for k, i, j, pa, pb in zip(keys, top_a, top_b, Pa, Pb) if i != j]
-    result = {"matched": len(keys), "only_a": len(a) - len(keys), "only_b": len(b) - len(keys),
-              "agreement": float((top_a == top_b).mean()), "flip_rate": float((top_a != top_b).mean()),
-              "mean_kl_a_b": float(kl.mean()), "flips": flips[:max_flips], "flips_total": len(flips)}
+    kl = np.array(
+        [float(np.sum(p * (np.log(np.clip(p, 1e-12, 1)) - np.log(np.clip(q, 1e-12, 1))))) for p, q in zip(Pa, Pb)]
+    )
+    flips = [
+        {
+            "key": k,
+            "a": a[k].options[i],
+            "b": b[k].options[j],
+            "p_a": float(pa.max()),
+            "p_b": float(pb.max()),
+            "label": a[k].options[a[k].label] if a[k].label is not None else None,
+        }
+        for k, i, j, pa, pb in zip(keys, top_a, top_b, Pa, Pb)
+        if i != j
+    ]
+    result = {
+        "matched": len(keys),
+        "only_a": len(a) - len(keys),
+        "only_b": len(b) - len(keys),
+        "agreement": float((top_a == top_b).mean()),
+        "flip_rate": float((top_a != top_b).mean()),
+        "mean_kl_a_b": float(kl.mean()),
+        "flips": flips[:max_flips],
+        "flips_total": len(flips),
+    }
     labelled = [i for i, k in enumerate(keys) if a[k].label is not None]
     if labelled:
         y = np.array([a[keys[i]].label for i in labelled])
@@ -90,17 +108,25 @@ def compare(a: dict[str, Record], b: dict[str, Record], *, max_flips: int = 50) 
 
 
 def write_html(result: dict, path: Path, name_a: str, name_b: str) -> None:
-    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{v:.4f}</td></tr>" if isinstance(v, float) else
-                   f"<tr><td>{html.escape(str(k))}</td><td>{v}</td></tr>"
-                   for k, v in result.items() if k != "flips")
+    rows = "".join(
+        f"<tr><td>{html.escape(str(k))}</td><td>{v:.4f}</td></tr>"
+        if isinstance(v, float)
+        else f"<tr><td>{html.escape(str(k))}</td><td>{v}</td></tr>"
+        for k, v in result.items()
+        if k != "flips"
+    )
     flips = "".join(
-    f"<tr><td>{html.escape(f['key'])}</td><td>{html.escape(str(f['label']))}</td><td>{html.escape(f['a'])} "
-    f"({f['p_a']:.2f})</td>"
-    f"<td>{html.escape(f['b'])} ({f['p_b']:.2f})</td></tr>" for f in result["flips"])
-    Path(path).write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>Compare</title>
+        f"<tr><td>{html.escape(f['key'])}</td><td>{html.escape(str(f['label']))}</td><td>{html.escape(f['a'])} "
+        f"({f['p_a']:.2f})</td>"
+        f"<td>{html.escape(f['b'])} ({f['p_b']:.2f})</td></tr>"
+        for f in result["flips"]
+    )
+    Path(path).write_text(
+        f"""<!doctype html><html><head><meta charset="utf-8"><title>Compare</title>
 <style>body{{font:15px system-ui;max-width:900px;margin:2rem auto}}
 td,th{{border:1px solid #ccd;padding:.3rem .6rem}}table{{border-collapse:collapse}}</style>
 </head><body><h1>{html.escape(name_a)} vs {html.escape(name_b)}</h1><table>{rows}</table>
 <h2>Items whose top choice flipped</h2>
 <table><tr><th>item</th><th>label</th><th>A</th><th>B</th></tr>{flips}</table></body></html>""",
-                          encoding="utf-8")
+        encoding="utf-8",
+    )

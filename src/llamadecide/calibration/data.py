@@ -48,25 +48,29 @@ def read_labelled(path: Path, *, text_column: str, label_column: str, header: bo
             for n, line in enumerate(handle):
                 if line.strip():
                     record = json.loads(line)
-                    items.append(LabelledItem(str(record.get("id", n)), _column(record, text_column, None, path),
-                                              _column(record, label_column, None, path)))
+                    items.append(
+                        LabelledItem(
+                            str(record.get("id", n)),
+                            _column(record, text_column, None, path),
+                            _column(record, label_column, None, path),
+                        )
+                    )
         return items
     delimiter = "\t" if suffix in (".tsv", ".tab") else ","
     if header is None:
         header = not (text_column.isdigit() and label_column.isdigit())
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.reader(
-    handle,
-    delimiter=delimiter,
-     quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+            handle, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+        )
         names = next(reader) if header else None
         for n, row in enumerate(reader):
             if row:
                 items.append(
-    LabelledItem(
-        str(n), _column(
-            row, text_column, names, path), _column(
-                row, label_column, names, path)))
+                    LabelledItem(
+                        str(n), _column(row, text_column, names, path), _column(row, label_column, names, path)
+                    )
+                )
     return items
 
 
@@ -91,26 +95,27 @@ class Task:
     def question(self, mode: str | None = None) -> Question:
         chosen = mode or self.mode
         if self.type == "predicate":
-            return predicate(self.instructions, name=self.name, true_description=self.descriptions[0],
-                             false_description=self.descriptions[1], mode=chosen or "text")
+            return predicate(
+                self.instructions,
+                name=self.name,
+                true_description=self.descriptions[0],
+                false_description=self.descriptions[1],
+                mode=chosen or "text",
+            )
         if self.type == "score":
-            return score(self.instructions, list(zip(self.options, self.descriptions)),
-                         name=self.name, mode=chosen or "labels")
-        return choice(self.instructions, list(zip(self.options, self.descriptions)),
-                      name=self.name, mode=chosen or "text")
+            return score(
+                self.instructions, list(zip(self.options, self.descriptions)), name=self.name, mode=chosen or "labels"
+            )
+        return choice(
+            self.instructions, list(zip(self.options, self.descriptions)), name=self.name, mode=chosen or "text"
+        )
 
     def gold_index(self, label: str) -> int:
         value = self.labels.get(label, label)
         if self.type == "predicate" and not isinstance(value, bool):
-            value = {
-    "true": True,
-    "false": False,
-    "1": True,
-    "0": False,
-    "yes": True,
-    "no": False}.get(
-        str(value).lower(),
-         value)
+            value = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}.get(
+                str(value).lower(), value
+            )
         for i, option in enumerate(self.options):
             if option == value and type(option) is type(value):
                 return i
@@ -118,13 +123,18 @@ class Task:
             for i in range(len(self.options)):
                 if str(i) == str(value):
                     return i
-        raise InvalidRequestError(f"data label {label!r} maps to {value!r}, which is not an option of task "
-                                  f"{self.name!r}; "
-                                  "add it to the task's `labels` mapping")
+        raise InvalidRequestError(
+            f"data label {label!r} maps to {value!r}, which is not an option of task "
+            f"{self.name!r}; "
+            "add it to the task's `labels` mapping"
+        )
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps([self.type, self.instructions, [str(o)
-                              for o in self.options], self.descriptions], default=str).encode()).hexdigest()[:16]
+        return hashlib.sha256(
+            json.dumps(
+                [self.type, self.instructions, [str(o) for o in self.options], self.descriptions], default=str
+            ).encode()
+        ).hexdigest()[:16]
 
 
 class _TaskLoader(yaml.SafeLoader):
@@ -134,9 +144,11 @@ class _TaskLoader(yaml.SafeLoader):
 
 _TaskLoader.yaml_implicit_resolvers = {
     first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_TaskLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                  list("tTfF"))
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_TaskLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 def _as_text(value: Any) -> Any:
@@ -159,8 +171,11 @@ def task_path(name_or_path: str | Path) -> Path:
     packaged = TASKS_DIR / f"{path.name.removesuffix('.yaml')}.yaml"
     if path.parent == Path(".") and packaged.is_file():
         return packaged
-    raise InvalidRequestError(f"no task file {str(name_or_path)!r}: give a YAML or JSON file, or a packaged task "
-                              f"({', '.join(packaged_tasks())})", param="task")
+    raise InvalidRequestError(
+        f"no task file {str(name_or_path)!r}: give a YAML or JSON file, or a packaged task "
+        f"({', '.join(packaged_tasks())})",
+        param="task",
+    )
 
 
 def load_task(path: str | Path) -> Task:
@@ -191,5 +206,12 @@ def load_task(path: str | Path) -> Task:
         if len(options) < 2:
             raise InvalidRequestError(f"{path}: a {kind} task needs at least 2 options")
     labels = {str(k): v if kind == "predicate" else _as_text(v) for k, v in (data.get("labels") or {}).items()}
-    return Task(name=data.get("name") or Path(path).stem, type=kind, instructions=data["instructions"], options=options,
-                descriptions=descriptions, labels=labels, mode=data.get("mode"))
+    return Task(
+        name=data.get("name") or Path(path).stem,
+        type=kind,
+        instructions=data["instructions"],
+        options=options,
+        descriptions=descriptions,
+        labels=labels,
+        mode=data.get("mode"),
+    )

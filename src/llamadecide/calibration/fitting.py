@@ -97,8 +97,13 @@ class Calibrator:
             S = S + np.asarray(self.bias)
         return S / self.temperature
 
-    def apply(self, L: np.ndarray, lengths: np.ndarray | None, hidden: np.ndarray | None = None,
-              texts: Sequence[str] | None = None) -> np.ndarray:
+    def apply(
+        self,
+        L: np.ndarray,
+        lengths: np.ndarray | None,
+        hidden: np.ndarray | None = None,
+        texts: Sequence[str] | None = None,
+    ) -> np.ndarray:
         return softmax(self.scores(L, lengths))
 
 
@@ -117,8 +122,13 @@ class HeadCalibrator:
     length_normalize: bool = False
     prior: None = None
 
-    def apply(self, L: np.ndarray, lengths: np.ndarray | None, hidden: np.ndarray | None = None,
-              texts: Sequence[str] | None = None) -> np.ndarray:
+    def apply(
+        self,
+        L: np.ndarray,
+        lengths: np.ndarray | None,
+        hidden: np.ndarray | None = None,
+        texts: Sequence[str] | None = None,
+    ) -> np.ndarray:
         if hidden is None:
             raise ValueError("a head needs hidden states (the local backend provides them)")
         P = head_probabilities(head_features(L, hidden, self.features), self.weights, self.intercept)
@@ -129,8 +139,16 @@ class HeadCalibrator:
         return self.lexical.fuse(P, texts, self.mix)
 
 
-def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
-             texts: Sequence[str] | None = None, seed: int = 0, features: str = LOGLIK_HIDDEN) -> HeadCalibrator:
+def fit_head(
+    L: np.ndarray,
+    hidden: np.ndarray,
+    y: np.ndarray,
+    *,
+    C: float,
+    texts: Sequence[str] | None = None,
+    seed: int = 0,
+    features: str = LOGLIK_HIDDEN,
+) -> HeadCalibrator:
     """Multinomial logistic regression on standardised features; classes absent from `y` get a
     very low intercept (never predicted), so the head always has one row per option. With `texts`,
     also a lexical expert (`decisions.lexical`), fused with weights that minimise the held-out NLL
@@ -146,18 +164,25 @@ def fit_head(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
     for train, held in splitter(L, y, 3, seed):
         inner = _fit_logistic(L[train], hidden[train], y[train], C=C, features=features)
         head_oof[held] = np.log(np.clip(inner.apply(L[held], None, hidden[held]), 1e-300, None))
-        lexical_oof[held] = _fit_lexical([texts[i] for i in train], y[train],
-                                         k).log_probabilities([texts[i] for i in held])
-    w = minimize(lambda w: _nll(w[0] * head_oof + w[1] * lexical_oof, y), np.array([0.5, 0.5]), method="L-BFGS-B",
-                 bounds=[(0.0, 5.0)] * 2).x
+        lexical_oof[held] = _fit_lexical([texts[i] for i in train], y[train], k).log_probabilities(
+            [texts[i] for i in held]
+        )
+    w = minimize(
+        lambda w: _nll(w[0] * head_oof + w[1] * lexical_oof, y),
+        np.array([0.5, 0.5]),
+        method="L-BFGS-B",
+        bounds=[(0.0, 5.0)] * 2,
+    ).x
     return HeadCalibrator(head.weights, head.intercept, C, lexical, (float(w[0]), float(w[1])), features)
 
 
-def _fit_logistic(L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float,
-                  features: str = LOGLIK_HIDDEN) -> HeadCalibrator:
+def _fit_logistic(
+    L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float, features: str = LOGLIK_HIDDEN
+) -> HeadCalibrator:
     X = head_features(L, hidden, features)
-    return HEAD_FITS.get(digest(X, y, C, features, L.shape[1]),
-                         lambda: _fit_logistic_on(X, y, k=L.shape[1], C=C, features=features))
+    return HEAD_FITS.get(
+        digest(X, y, C, features, L.shape[1]), lambda: _fit_logistic_on(X, y, k=L.shape[1], C=C, features=features)
+    )
 
 
 def _fit_lexical(texts: list[str], y: np.ndarray, k: int) -> LexicalModel:
@@ -203,8 +228,16 @@ def _nll(S: np.ndarray, y: np.ndarray) -> float:
     return float(-(S[np.arange(len(y)), y] - np.log(np.exp(S).sum(1))).mean())
 
 
-def fit(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, *, kind: Kind, length_normalize: bool,
-        l2: float = 1e-3, prior: np.ndarray | None = None) -> Calibrator:
+def fit(
+    L: np.ndarray,
+    lengths: np.ndarray | None,
+    y: np.ndarray,
+    *,
+    kind: Kind,
+    length_normalize: bool,
+    l2: float = 1e-3,
+    prior: np.ndarray | None = None,
+) -> Calibrator:
     if length_normalize and lengths is None:
         raise ValueError("length normalisation needs token counts (the local backend provides them)")
     base = L / lengths if length_normalize else L
@@ -262,65 +295,95 @@ class Candidate:
 HEAD_C_GRID = (0.05, 0.5)
 
 
-def candidates(has_lengths: bool, *, has_prior: bool = False, has_hidden: bool = False,
-               has_texts: bool = False) -> list[Candidate]:
+def candidates(
+    has_lengths: bool, *, has_prior: bool = False, has_hidden: bool = False, has_texts: bool = False
+) -> list[Candidate]:
     kinds: list[Kind] = ["none", "temperature", "temperature+bias"]
     norms = [False, True] if has_lengths else [False]
     priors = [False, True] if has_prior else [False]
     found = [Candidate(k, n, p) for p in priors for n in norms for k in kinds]
     if has_hidden:
         lexical = [False, True] if has_texts else [False]
-        found.extend(Candidate("head", False, C=c, lexical=x, features=f)
-                     for f in (LOGLIK_HIDDEN, HIDDEN_ONLY) for x in lexical for c in HEAD_C_GRID)
+        found.extend(
+            Candidate("head", False, C=c, lexical=x, features=f)
+            for f in (LOGLIK_HIDDEN, HIDDEN_ONLY)
+            for x in lexical
+            for c in HEAD_C_GRID
+        )
     return found
 
 
-def fit_candidate(candidate: Candidate, L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, *,
-                  prior: np.ndarray | None = None, hidden: np.ndarray | None = None,
-                  texts: Sequence[str] | None = None) -> Calibrator | HeadCalibrator:
+def fit_candidate(
+    candidate: Candidate,
+    L: np.ndarray,
+    lengths: np.ndarray | None,
+    y: np.ndarray,
+    *,
+    prior: np.ndarray | None = None,
+    hidden: np.ndarray | None = None,
+    texts: Sequence[str] | None = None,
+) -> Calibrator | HeadCalibrator:
     if candidate.kind == "head":
         if hidden is None:
             raise ValueError("a head needs hidden states")
         if candidate.lexical and texts is None:
             raise ValueError("a lexical expert needs the input texts")
-        return fit_head(L, hidden, y, C=candidate.C, texts=texts if candidate.lexical else None,
-                        features=candidate.features)
+        return fit_head(
+            L, hidden, y, C=candidate.C, texts=texts if candidate.lexical else None, features=candidate.features
+        )
     if candidate.prior_correction and prior is None:
         raise ValueError("prior correction needs the content-free prior")
-    return fit(L, lengths, y, kind=candidate.kind, length_normalize=candidate.length_normalize,
-               prior=prior if candidate.prior_correction else None)
+    return fit(
+        L,
+        lengths,
+        y,
+        kind=candidate.kind,
+        length_normalize=candidate.length_normalize,
+        prior=prior if candidate.prior_correction else None,
+    )
 
 
-def content_free_prior_for(candidate: Candidate, rows: np.ndarray | None,
-                           lengths: np.ndarray | None) -> np.ndarray | None:
+def content_free_prior_for(
+    candidate: Candidate, rows: np.ndarray | None, lengths: np.ndarray | None
+) -> np.ndarray | None:
     """The prior a candidate subtracts: from the content-free rows, normalised the same way."""
     if rows is None or not candidate.prior_correction:
         return None
     return content_free_prior(rows, lengths if candidate.length_normalize else None)
 
 
-def cross_validated(L: np.ndarray, lengths: np.ndarray | None, y: np.ndarray, candidate: Candidate, *,
-                    prior: np.ndarray | None = None, hidden: np.ndarray | None = None,
-                    texts: Sequence[str] | None = None, folds: int = 5, seed: int = 0) -> dict[str, float]:
+def cross_validated(
+    L: np.ndarray,
+    lengths: np.ndarray | None,
+    y: np.ndarray,
+    candidate: Candidate,
+    *,
+    prior: np.ndarray | None = None,
+    hidden: np.ndarray | None = None,
+    texts: Sequence[str] | None = None,
+    folds: int = 5,
+    seed: int = 0,
+) -> dict[str, float]:
     """Held-out NLL (and its standard error over items) and accuracy of a candidate over folds of the
     calibration part."""
+
     def fold(split: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         train, held = split
         calibrator = fit_candidate(
-    candidate,
-    L[train],
-    None if lengths is None else lengths[train],
-    y[train],
-    prior=prior,
-    hidden=None if hidden is None else hidden[train],
-    texts=None if texts is None else [
-        texts[i] for i in train])
+            candidate,
+            L[train],
+            None if lengths is None else lengths[train],
+            y[train],
+            prior=prior,
+            hidden=None if hidden is None else hidden[train],
+            texts=None if texts is None else [texts[i] for i in train],
+        )
         P = calibrator.apply(
-    L[held],
-    None if lengths is None else lengths[held],
-    None if hidden is None else hidden[held],
-    None if texts is None else [
-        texts[i] for i in held])
+            L[held],
+            None if lengths is None else lengths[held],
+            None if hidden is None else hidden[held],
+            None if texts is None else [texts[i] for i in held],
+        )
         return held_out_figures(P, y[held])
 
     splits = list(splitter(L, y, folds, seed))
@@ -340,8 +403,13 @@ def pooled(splits: list[tuple[np.ndarray, np.ndarray]], folds: list[tuple[np.nda
     losses, hits = np.zeros(n), np.zeros(n, dtype=bool)
     for (_, held), (loss, hit) in zip(splits, folds):
         losses[held], hits[held] = loss, hit
-    return {"nll": float(losses.mean()), "nll_se": float(losses.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
-            "accuracy": float(hits.mean()), "items": int(n), "losses": losses}
+    return {
+        "nll": float(losses.mean()),
+        "nll_se": float(losses.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
+        "accuracy": float(hits.mean()),
+        "items": int(n),
+        "losses": losses,
+    }
 
 
 def _ignore_class_count_warning() -> None:
@@ -364,8 +432,11 @@ def in_parallel(work, items) -> list:
     items = list(items)
     # Warning filters and BLAS limits are process-wide: a worker leaving its own catch_warnings can
     # drop another worker's filter, so both are held here, around all of them.
-    with warnings.catch_warnings(), one_blas_thread(), \
-            ThreadPoolExecutor(max_workers=min(len(items), os.cpu_count() or 1) or 1) as pool:
+    with (
+        warnings.catch_warnings(),
+        one_blas_thread(),
+        ThreadPoolExecutor(max_workers=min(len(items), os.cpu_count() or 1) or 1) as pool,
+    ):
         _ignore_class_count_warning()
         return list(pool.map(work, items))
 
@@ -378,4 +449,3 @@ def splitter(L: np.ndarray, y: np.ndarray, folds: int, seed: int):
     if len(present) >= 2 and present.min() >= folds:
         return StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(L, y)
     return KFold(n_splits=folds, shuffle=True, random_state=seed).split(L, y)
-

@@ -36,8 +36,9 @@ class Bin:
     accuracy: float
 
 
-def reliability(conf: np.ndarray, correct: np.ndarray, bins: int = 15,
-                strategy: Literal["width", "mass"] = "width") -> list[Bin]:
+def reliability(
+    conf: np.ndarray, correct: np.ndarray, bins: int = 15, strategy: Literal["width", "mass"] = "width"
+) -> list[Bin]:
     """Bins of confidence: equal width on [0, 1], or equal mass (quantiles, about n/bins items each)."""
     conf = np.asarray(conf, dtype=float)
     correct = np.asarray(correct, dtype=float)
@@ -56,13 +57,15 @@ def reliability(conf: np.ndarray, correct: np.ndarray, bins: int = 15,
             continue
         lower = edges[b] if edges is not None else float(conf[mask].min())
         upper = edges[b + 1] if edges is not None else float(conf[mask].max())
-        out.append(Bin(float(lower), float(upper), int(mask.sum()),
-                   float(conf[mask].mean()), float(correct[mask].mean())))
+        out.append(
+            Bin(float(lower), float(upper), int(mask.sum()), float(conf[mask].mean()), float(correct[mask].mean()))
+        )
     return out
 
 
-def ece_from_conf(conf: np.ndarray, correct: np.ndarray, bins: int = 15,
-                  strategy: Literal["width", "mass"] = "width") -> float:
+def ece_from_conf(
+    conf: np.ndarray, correct: np.ndarray, bins: int = 15, strategy: Literal["width", "mass"] = "width"
+) -> float:
     n = len(conf)
     return float(sum(b.count / n * abs(b.accuracy - b.confidence) for b in reliability(conf, correct, bins, strategy)))
 
@@ -77,8 +80,15 @@ def per_class_ece(P: np.ndarray, y: np.ndarray, bins: int = 15) -> list[float]:
     return [ece_from_conf(P[:, k], y == k, bins, "width") for k in range(P.shape[1])]
 
 
-def bootstrap_interval(metric: Callable[[np.ndarray, np.ndarray], float], P: np.ndarray, y: np.ndarray, *,
-                       rounds: int = 200, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+def bootstrap_interval(
+    metric: Callable[[np.ndarray, np.ndarray], float],
+    P: np.ndarray,
+    y: np.ndarray,
+    *,
+    rounds: int = 200,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Percentile bootstrap interval of a metric, resampling items."""
     rng = np.random.default_rng(seed)
     n = len(y)

@@ -59,12 +59,22 @@ class HeadParams(BaseModel):
         k = head.weights.shape[0]
         expert = None
         if head.lexical is not None:
-            expert = LexicalParams(vocabulary=list(head.lexical.vocabulary), idf=head.lexical.idf.tolist(),
-                                   weights=head.lexical.weights.tolist(), intercept=head.lexical.intercept.tolist(),
-                                   mix=head.mix)
+            expert = LexicalParams(
+                vocabulary=list(head.lexical.vocabulary),
+                idf=head.lexical.idf.tolist(),
+                weights=head.lexical.weights.tolist(),
+                intercept=head.lexical.intercept.tolist(),
+                mix=head.mix,
+            )
         width = int(head.weights.shape[1]) - (0 if head.features == "hidden-1" else k)
-        return cls(features=head.features, hidden_size=width, weights=head.weights.tolist(),
-                   intercept=head.intercept.tolist(), C=head.C, lexical=expert)
+        return cls(
+            features=head.features,
+            hidden_size=width,
+            weights=head.weights.tolist(),
+            intercept=head.intercept.tolist(),
+            C=head.C,
+            lexical=expert,
+        )
 
     def build(self):
         """The decisions library's Head."""
@@ -74,10 +84,15 @@ class HeadParams(BaseModel):
 
         if self.lexical is None:
             return Head(np.asarray(self.weights), np.asarray(self.intercept), features=self.features)
-        expert = lexical.LexicalModel(tuple(self.lexical.vocabulary), np.asarray(self.lexical.idf),
-                                      np.asarray(self.lexical.weights), np.asarray(self.lexical.intercept))
-        return Head(np.asarray(self.weights), np.asarray(self.intercept),
-                    expert, tuple(self.lexical.mix), self.features)
+        expert = lexical.LexicalModel(
+            tuple(self.lexical.vocabulary),
+            np.asarray(self.lexical.idf),
+            np.asarray(self.lexical.weights),
+            np.asarray(self.lexical.intercept),
+        )
+        return Head(
+            np.asarray(self.weights), np.asarray(self.intercept), expert, tuple(self.lexical.mix), self.features
+        )
 
 
 class DemonstrationParams(BaseModel):
@@ -124,13 +139,18 @@ class CalibrationProfile(BaseModel):
             raise ValueError("the head has one row per option")
         if self.prior is not None and (not self.prior_correction or len(self.prior) != len(self.task["options"])):
             raise ValueError("a profile has one prior value per option, and only with prior correction")
-        if self.head is not None and self.head.lexical is not None and len(
-            self.head.lexical.weights) != len(self.head.weights):
+        if (
+            self.head is not None
+            and self.head.lexical is not None
+            and len(self.head.lexical.weights) != len(self.head.weights)
+        ):
             raise ValueError("the head's lexical expert has one row per option")
         for demonstration in self.demonstrations or ():
             if not 0 <= demonstration.option < len(self.task["options"]):
-                raise ValueError(f"a demonstration answers option {demonstration.option}; the task has "
-                                 f"{len(self.task['options'])} options")
+                raise ValueError(
+                    f"a demonstration answers option {demonstration.option}; the task has "
+                    f"{len(self.task['options'])} options"
+                )
         return self
 
     @property
@@ -139,8 +159,9 @@ class CalibrationProfile(BaseModel):
         '4-shot' or '4-shot, prior-corrected'."""
         method = self.method
         if self.head is not None:
-            method += (" (hidden state)" if self.head.features == "hidden-1" else "") + \
-                       (" + lexical" if self.head.lexical else "")
+            method += (" (hidden state)" if self.head.features == "hidden-1" else "") + (
+                " + lexical" if self.head.lexical else ""
+            )
         shots = len(self.demonstrations or ())
         if not shots:
             return method
@@ -154,11 +175,16 @@ class CalibrationProfile(BaseModel):
 
             head = self.head.build() if self.head else None
             self._scoring = Scoring(
-    temperature=self.temperature, length_normalize=self.length_normalize, bias=tuple(
-        self.bias) if self.bias else None, prior_correction=self.prior_correction, prior=tuple(
-            self.prior) if self.prior is not None else None, rotations=self.rotations, head=head, demonstrations=tuple(
-                Demonstration(
-                    d.input, d.option) for d in self.demonstrations or ()), layout=self.prompt_format)
+                temperature=self.temperature,
+                length_normalize=self.length_normalize,
+                bias=tuple(self.bias) if self.bias else None,
+                prior_correction=self.prior_correction,
+                prior=tuple(self.prior) if self.prior is not None else None,
+                rotations=self.rotations,
+                head=head,
+                demonstrations=tuple(Demonstration(d.input, d.option) for d in self.demonstrations or ()),
+                layout=self.prompt_format,
+            )
         return self._scoring
 
     def save(self, path: Path) -> None:
@@ -172,11 +198,15 @@ class CalibrationProfile(BaseModel):
         if self.model_sha256 != model_sha256:
             raise ProfileMismatchError(
                 f"profile {self.name!r} was fitted for model {self.model_sha256[:12]}…, this server runs "
-                f"{model_sha256[:12]}…; recalibrate for this model", param="llamadecide.profile")
+                f"{model_sha256[:12]}…; recalibrate for this model",
+                param="llamadecide.profile",
+            )
         if self.prompt_format not in prompt_formats:
             raise ProfileMismatchError(
                 f"profile {self.name!r} was fitted with prompt format {self.prompt_format!r}, this server knows "
-                f"{', '.join(prompt_formats)}; recalibrate", param="llamadecide.profile")
+                f"{', '.join(prompt_formats)}; recalibrate",
+                param="llamadecide.profile",
+            )
 
     def question(self):
         """The profile's question as it was calibrated (option descriptions where the profile records
@@ -186,8 +216,9 @@ class CalibrationProfile(BaseModel):
         kind, instructions, options = self.task["type"], self.task["instructions"], self.task["options"]
         descriptions = self.task.get("descriptions") or [None] * len(options)
         if kind == "predicate":
-            return predicate(instructions, true_description=descriptions[0], false_description=descriptions[1],
-                             mode=self.mode)
+            return predicate(
+                instructions, true_description=descriptions[0], false_description=descriptions[1], mode=self.mode
+            )
         return (score if kind == "score" else choice)(instructions, list(zip(options, descriptions)), mode=self.mode)
 
     def check_options(self, kind: str, values: list[Any]) -> None:
@@ -195,7 +226,9 @@ class CalibrationProfile(BaseModel):
         if self.task["type"] != kind or [json.dumps(v) for v in values] != expected:
             raise ProfileMismatchError(
                 f"profile {self.name!r} is for a {self.task['type']} question with options {self.task['options']}; "
-                f"the question has {values}", param="llamadecide.profile")
+                f"the question has {values}",
+                param="llamadecide.profile",
+            )
 
 
 def profile_files(directory: Path) -> list[Path]:
@@ -213,8 +246,14 @@ class ProfileStore:
     to another model or an unknown prompt format, is left out with its reason logged and reported to
     any request naming it: one bad file never keeps the model from serving the others."""
 
-    def __init__(self, directory: Path, model_sha256: str, prompt_formats: tuple[str, ...], *,
-                 check: Callable[[CalibrationProfile], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        model_sha256: str,
+        prompt_formats: tuple[str, ...],
+        *,
+        check: Callable[[CalibrationProfile], str | None] | None = None,
+    ) -> None:
         """`check` may refuse a profile the server cannot serve (it returns the reason)."""
         self.profiles: dict[str, CalibrationProfile] = {}
         self.refused: dict[str, str] = {}  # file -> why it is not served
@@ -241,8 +280,9 @@ class ProfileStore:
         except KeyError:
             known = ", ".join(sorted(self.profiles)) or "none"
             refused = "".join(f"; not served: {path} ({why})" for path, why in self.refused.items())
-            raise InvalidRequestError(f"unknown calibration profile {name!r} (loaded: {known}{refused})",
-                                      param="llamadecide.profile") from None
+            raise InvalidRequestError(
+                f"unknown calibration profile {name!r} (loaded: {known}{refused})", param="llamadecide.profile"
+            ) from None
 
 
 def _reason(exc: Exception) -> str:

@@ -9,8 +9,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-ROWS = [("accuracy", "accuracy", "{:.3f}"), ("NLL", "nll", "{:.4f}"), ("Brier", "brier", "{:.4f}"), (
-    "ECE (equal width)", "ece_width", "{:.4f}"), ("ECE (equal mass)", "ece_mass", "{:.4f}"), ("AURC", "aurc", "{:.4f}")]
+ROWS = [
+    ("accuracy", "accuracy", "{:.3f}"),
+    ("NLL", "nll", "{:.4f}"),
+    ("Brier", "brier", "{:.4f}"),
+    ("ECE (equal width)", "ece_width", "{:.4f}"),
+    ("ECE (equal mass)", "ece_mass", "{:.4f}"),
+    ("AURC", "aurc", "{:.4f}"),
+]
 
 
 def _ci(metrics: dict, key: str) -> str:
@@ -22,7 +28,8 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     console = console or Console()
     raw, cal = summary["test"]["raw"], summary["test"]["calibrated"]
     table = Table(
-    title=f"{summary['task']['name']}: test part ({cal['n']} items), calibrated with {summary['chosen']['label']}")
+        title=f"{summary['task']['name']}: test part ({cal['n']} items), calibrated with {summary['chosen']['label']}"
+    )
     table.add_column("metric")
     # Over the row budget, raw answers exist only on the items whose answers were scored.
     table.add_column("raw" if raw["n"] == cal["n"] else f"raw ({raw['n']} items with answers)", justify="right")
@@ -32,42 +39,53 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     console.print(table)
     selection, chosen = summary.get("selection"), summary["chosen"]
     if selection:
-        console.print(f"chosen: {chosen['label']}, the simplest of {selection['within_one_se']} candidates within one "
-                      f"standard error (of the item-by-item difference) of the lowest cross-validated NLL "
-                      f"({selection['lowest']['label']}, {selection['lowest']['cv_nll']:.4f}); "
-                      f"{selection['compared']} compared on the same folds of "
-                      f"{', '.join(map(str, selection['items']))} items. "
-                      f"Chosen, cross-validated → test: accuracy {chosen['cv_accuracy']:.3f} → {cal['accuracy']:.3f}, "
-                      f"NLL {chosen['cv_nll']:.4f} → {cal['nll']:.4f}")
+        console.print(
+            f"chosen: {chosen['label']}, the simplest of {selection['within_one_se']} candidates within one "
+            f"standard error (of the item-by-item difference) of the lowest cross-validated NLL "
+            f"({selection['lowest']['label']}, {selection['lowest']['cv_nll']:.4f}); "
+            f"{selection['compared']} compared on the same folds of "
+            f"{', '.join(map(str, selection['items']))} items. "
+            f"Chosen, cross-validated → test: accuracy {chosen['cv_accuracy']:.3f} → {cal['accuracy']:.3f}, "
+            f"NLL {chosen['cv_nll']:.4f} → {cal['nll']:.4f}"
+        )
     plan = summary.get("scoring") or {}
     if plan.get("left_out") or plan.get("hidden_state_on_every_item"):
         answered = " | ".join(f"{label}: {n}" for label, n in plan["answers_scored"].items())
-        console.print(f"within the row budget ({plan['row_budget']:,}, about {plan['estimated_rows']:,} used): answers "
-                      f"scored for {answered} items; hidden states alone on every item in "
-                      f"{' | '.join(plan['hidden_state_on_every_item']) or 'none'}; left out: "
-                      f"{' | '.join(plan['left_out']) or 'none'} (--row-budget 0 scores everything)")
+        console.print(
+            f"within the row budget ({plan['row_budget']:,}, about {plan['estimated_rows']:,} used): answers "
+            f"scored for {answered} items; hidden states alone on every item in "
+            f"{' | '.join(plan['hidden_state_on_every_item']) or 'none'}; left out: "
+            f"{' | '.join(plan['left_out']) or 'none'} (--row-budget 0 scores everything)"
+        )
     cost = summary.get("cost")
     if cost:
-        console.print(f"cost: {cost['items']} items x {cost['variants']} variants scored in {cost['scoring_s']:.0f} s "
-                      f"({cost['scoring_s_per_item']:.2f} s per item), {cost['total_s']:.0f} s in all "
-                      f"({cost['total_s_per_item']:.2f} s per item)")
+        console.print(
+            f"cost: {cost['items']} items x {cost['variants']} variants scored in {cost['scoring_s']:.0f} s "
+            f"({cost['scoring_s_per_item']:.2f} s per item), {cost['total_s']:.0f} s in all "
+            f"({cost['total_s_per_item']:.2f} s per item)"
+        )
     th = summary["threshold"]
     if th["calibration"]:
         c, t = th["calibration"], th["test"]
-        console.print(f"threshold confidence >= {c['threshold']:.2f} for precision >= {c['target_precision']:.0%} "
-                      f"with {c['confidence_level']:.0%} confidence: calibration coverage {c['coverage']:.1%} "
-                      f"(lower bound {c['lower_bound']:.3f}); test coverage {t['coverage']:.1%}, test precision "
-                      f"{t['precision'] if t['precision'] is None else format(t['precision'], '.3f')}")
+        console.print(
+            f"threshold confidence >= {c['threshold']:.2f} for precision >= {c['target_precision']:.0%} "
+            f"with {c['confidence_level']:.0%} confidence: calibration coverage {c['coverage']:.1%} "
+            f"(lower bound {c['lower_bound']:.3f}); test coverage {t['coverage']:.1%}, test precision "
+            f"{t['precision'] if t['precision'] is None else format(t['precision'], '.3f')}"
+        )
     else:
         console.print(
             f"no threshold reaches precision {th['target']:.0%} with {th['confidence_level']:.0%} confidence: "
-            f"escalate everything")
+            f"escalate everything"
+        )
         for line in reachable_lines(th):
             console.print("  " + line)
     cp = summary["conformal"]
-    console.print(f"conformal sets (alpha {cp['alpha']}): test coverage {cp['coverage']:.3f}, mean size "
-                  f"{cp['mean_set_size']:.2f}, "
-                  f"singletons {cp['singleton_rate']:.1%}")
+    console.print(
+        f"conformal sets (alpha {cp['alpha']}): test coverage {cp['coverage']:.3f}, mean size "
+        f"{cp['mean_set_size']:.2f}, "
+        f"singletons {cp['singleton_rate']:.1%}"
+    )
 
 
 def reachable_lines(th: dict) -> list[str]:
@@ -75,19 +93,29 @@ def reachable_lines(th: dict) -> list[str]:
     found = th.get("reachable")
     if not found:
         return []
-    lines = [f"at precision {row['precision']:.0%} ({th['confidence_level']:.0%} confidence): "
-             + (f"{row['coverage']:.1%} of items handled automatically (confidence >= {row['threshold']:.2f})"
-                if row["threshold"] is not None else "no threshold either")
-             for row in found["at_precision"] if row["precision"] != th["target"]]
+    lines = [
+        f"at precision {row['precision']:.0%} ({th['confidence_level']:.0%} confidence): "
+        + (
+            f"{row['coverage']:.1%} of items handled automatically (confidence >= {row['threshold']:.2f})"
+            if row["threshold"] is not None
+            else "no threshold either"
+        )
+        for row in found["at_precision"]
+        if row["precision"] != th["target"]
+    ]
     need = found["labels_needed"]
     if need is None:
-        lines.append(f"no confident slice of the answers is above {th['target']:.0%} precision now: more labels alone "
-                     "will not reach the target (try another method, prompt format or model)")
+        lines.append(
+            f"no confident slice of the answers is above {th['target']:.0%} precision now: more labels alone "
+            "will not reach the target (try another method, prompt format or model)"
+        )
     else:
-        lines.append(f"the target needs about {need['labelled']} labelled calibration items ({need['more']} more) at "
-                     f"the "
-                     f"precision the answers with confidence >= {need['threshold']:.2f} show now "
-                     f"({need['observed_precision']:.3f} on {need['coverage']:.1%} of items)")
+        lines.append(
+            f"the target needs about {need['labelled']} labelled calibration items ({need['more']} more) at "
+            f"the "
+            f"precision the answers with confidence >= {need['threshold']:.2f} show now "
+            f"({need['observed_precision']:.3f} on {need['coverage']:.1%} of items)"
+        )
     return lines
 
 
@@ -97,36 +125,44 @@ def write_html(summary: dict, out_dir: Path) -> Path:
         return f'<img alt="{name}" src="data:image/png;base64,{data}">'
 
     raw, cal = summary["test"]["raw"], summary["test"]["calibrated"]
-    rows = "".join(f"<tr><td>{label}</td><td>{fmt.format(raw[key])}{_ci(raw, key)}</td>"
-                   f"<td>{fmt.format(cal[key])}{_ci(cal, key)}</td></tr>" for label, key, fmt in ROWS)
-    cands = "".join(f"<tr><td>{html.escape(c['mode'])}</td><td>{html.escape(c['label'])}</td>"
-                    f"<td>{c['cv_nll']:.4f}</td></tr>" for c in summary["candidates"])
+    rows = "".join(
+        f"<tr><td>{label}</td><td>{fmt.format(raw[key])}{_ci(raw, key)}</td>"
+        f"<td>{fmt.format(cal[key])}{_ci(cal, key)}</td></tr>"
+        for label, key, fmt in ROWS
+    )
+    cands = "".join(
+        f"<tr><td>{html.escape(c['mode'])}</td><td>{html.escape(c['label'])}</td><td>{c['cv_nll']:.4f}</td></tr>"
+        for c in summary["candidates"]
+    )
     th = summary["threshold"]
-    policy = (f"<p>Act automatically when confidence &ge; <b>{th['calibration']['threshold']:.2f}</b>: calibration "
-              f"coverage {th['calibration']['coverage']:.1%}, test coverage {th['test']['coverage']:.1%}, "
-              f"test precision "
-              f"{th['test']['precision']:.3f} (target {th['target']:.0%} at {th['confidence_level']:.0%} "
-              f"confidence).</p>"
-              if th["calibration"] and th["test"]["precision"] is not None else
-              "<p>No threshold meets the target: escalate everything.</p><ul>"
-              + "".join(f"<li>{html.escape(line)}</li>" for line in reachable_lines(th)) + "</ul>")
+    policy = (
+        f"<p>Act automatically when confidence &ge; <b>{th['calibration']['threshold']:.2f}</b>: calibration "
+        f"coverage {th['calibration']['coverage']:.1%}, test coverage {th['test']['coverage']:.1%}, "
+        f"test precision "
+        f"{th['test']['precision']:.3f} (target {th['target']:.0%} at {th['confidence_level']:.0%} "
+        f"confidence).</p>"
+        if th["calibration"] and th["test"]["precision"] is not None
+        else "<p>No threshold meets the target: escalate everything.</p><ul>"
+        + "".join(f"<li>{html.escape(line)}</li>" for line in reachable_lines(th))
+        + "</ul>"
+    )
     name = html.escape(summary["task"]["name"])
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Calibration: {name}</title>
 <style>body{{font:15px system-ui,sans-serif;max-width:900px;margin:2rem auto;color:#1d2330}}
 table{{border-collapse:collapse;margin:1rem 0}}
 td,th{{border:1px solid #ccd;padding:.3rem .6rem;text-align:right}}td:first-child,th:first-child{{text-align:left}}
 img{{max-width:48%}}</style></head><body>
-<h1>Calibration: {html.escape(summary['task']['name'])}</h1>
-<p>{html.escape(summary['backend'])} · model {summary['model_sha256'][:16]}… ·
-prompt format {summary['prompt_format']} · {summary['split']['calibration']} calibration items,
-{summary['split']['test']} test items (seed {summary['split']['seed']})</p>
+<h1>Calibration: {html.escape(summary["task"]["name"])}</h1>
+<p>{html.escape(summary["backend"])} · model {summary["model_sha256"][:16]}… ·
+prompt format {summary["prompt_format"]} · {summary["split"]["calibration"]} calibration items,
+{summary["split"]["test"]} test items (seed {summary["split"]["seed"]})</p>
 <h2>Test part, before and after</h2>
-<table><tr><th>metric</th><th>raw</th><th>calibrated ({html.escape(summary['chosen']['label'])})</th></tr>
+<table><tr><th>metric</th><th>raw</th><th>calibrated ({html.escape(summary["chosen"]["label"])})</th></tr>
 {rows}</table>
 <h2>Policy</h2>{policy}
-<p>Conformal sets (alpha {summary['conformal']['alpha']}): coverage {summary['conformal']['coverage']:.3f}, mean size
-{summary['conformal']['mean_set_size']:.2f}, singletons {summary['conformal']['singleton_rate']:.1%}.</p>
-{img('reliability.png')} {img('risk_coverage.png')}
+<p>Conformal sets (alpha {summary["conformal"]["alpha"]}): coverage {summary["conformal"]["coverage"]:.3f}, mean size
+{summary["conformal"]["mean_set_size"]:.2f}, singletons {summary["conformal"]["singleton_rate"]:.1%}.</p>
+{img("reliability.png")} {img("risk_coverage.png")}
 <h2>Candidates (5-fold cross-validated NLL on the calibration part)</h2>
 <table><tr><th>mode</th><th>calibrator</th><th>CV NLL</th></tr>{cands}</table>
 </body></html>"""

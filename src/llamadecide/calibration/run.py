@@ -39,13 +39,14 @@ def split(n: int, calibration_size: int | None, test_size: int | None, seed: int
     if cal < 2 or test < 1 or cal + test > n:
         raise InvalidRequestError(f"cannot split {n} items into {cal} calibration and {test} test items")
     order = np.random.default_rng(seed).permutation(n)
-    return np.sort(order[:cal]), np.sort(order[cal:cal + test])
+    return np.sort(order[:cal]), np.sort(order[cal : cal + test])
 
 
 def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: RunConfig) -> dict:
     if config.shots and not backend.supports_demonstrations:
-        raise InvalidRequestError(f"--shots needs the local backend: {backend.description} cannot be shown "
-                                  "demonstrations", param="shots")
+        raise InvalidRequestError(
+            f"--shots needs the local backend: {backend.description} cannot be shown demonstrations", param="shots"
+        )
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     y_all = np.array([task.gold_index(item.label) for item in items])
@@ -55,8 +56,17 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     cache = ScoreCache(out / "cache.sqlite")
     try:
         scoring_plan: dict = {}
-        scored = score_variants(backend, task, items, used, config, cache, pool=cal_idx,
-                                split_parts=(cal_idx, test_idx), report=scoring_plan)
+        scored = score_variants(
+            backend,
+            task,
+            items,
+            used,
+            config,
+            cache,
+            pool=cal_idx,
+            split_parts=(cal_idx, test_idx),
+            report=scoring_plan,
+        )
     finally:
         cache.close()
     scoring_s = time.perf_counter() - began
@@ -86,110 +96,140 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     # calibrator) is over-confident on the very items it was fitted on.
     P_cal_oof = out_of_fold(candidate, data, fit_on, y_cal, seed=config.seed)
 
-    threshold = select_threshold(confidence(P_cal_oof), P_cal_oof.argmax(1) == y_cal,
-                                 target=config.target_precision, confidence_level=config.confidence_level)
-    test_threshold = (evaluate_threshold(confidence(P_cal_test), P_cal_test.argmax(1) == y_test, threshold.threshold)
-                      if threshold else None)
+    threshold = select_threshold(
+        confidence(P_cal_oof),
+        P_cal_oof.argmax(1) == y_cal,
+        target=config.target_precision,
+        confidence_level=config.confidence_level,
+    )
+    test_threshold = (
+        evaluate_threshold(confidence(P_cal_test), P_cal_test.argmax(1) == y_test, threshold.threshold)
+        if threshold
+        else None
+    )
     qhat = conformal_quantile(P_cal_oof, y_cal, config.conformal_alpha)
     conformal = {"alpha": config.conformal_alpha, **conformal_report(P_cal_test, y_test, qhat)}
 
     curves, labels = {"raw": P_raw_test, "calibrated": P_cal_test}, {"raw": y_raw, "calibrated": y_test}
     reliability_diagram(curves, labels, out / "reliability.png", bins=config.bins, title=f"Reliability: {task.name}")
-    risk_coverage_plot(curves, labels, out / "risk_coverage.png",
-                       threshold_coverage=test_threshold["coverage"] if test_threshold else None)
+    risk_coverage_plot(
+        curves,
+        labels,
+        out / "risk_coverage.png",
+        threshold_coverage=test_threshold["coverage"] if test_threshold else None,
+    )
 
     identity = backend.identity()
     summary = {
-        "task": {"name": task.name, "type": task.type, "instructions": task.instructions,
-                 "options": [o for o in task.options], "descriptions": list(task.descriptions),
-                 "fingerprint": task.fingerprint()},
+        "task": {
+            "name": task.name,
+            "type": task.type,
+            "instructions": task.instructions,
+            "options": [o for o in task.options],
+            "descriptions": list(task.descriptions),
+            "fingerprint": task.fingerprint(),
+        },
         "backend": backend.description,
         "model_sha256": identity,
         "prompt_format": variant.layout,
         "dataset_fingerprint": config.dataset_fingerprint,
-        "split": {"seed": config.seed, "calibration": int(len(cal_idx)), "test": int(len(test_idx)),
-                  "shown_as_demonstrations": int(len(shown))},
+        "split": {
+            "seed": config.seed,
+            "calibration": int(len(cal_idx)),
+            "test": int(len(test_idx)),
+            "shown_as_demonstrations": int(len(shown)),
+        },
         "candidates": [public(r) for r in results],
         "selection": selection,
-        "chosen": {**public(best), "temperature": getattr(chosen, "temperature", None),
-                   "bias": list(chosen.bias) if getattr(chosen, "bias", None) else None,
-                   "prior": list(chosen.prior) if chosen.prior else None},
+        "chosen": {
+            **public(best),
+            "temperature": getattr(chosen, "temperature", None),
+            "bias": list(chosen.bias) if getattr(chosen, "bias", None) else None,
+            "prior": list(chosen.prior) if chosen.prior else None,
+        },
         "scoring": scoring_plan,
-        "calibration_part": {"raw": metrics.summary(raw.apply(scored[default].L[raw_cal], None), y_all[raw_cal],
-                                                    bins=config.bins, rounds=0),
-                             "calibrated": metrics.summary(P_cal_cal, y_cal, bins=config.bins, rounds=0)},
-        "test": {"raw": metrics.summary(P_raw_test, y_raw, bins=config.bins, seed=config.seed,
-                                        rounds=config.bootstrap_rounds),
-                 "calibrated": metrics.summary(P_cal_test, y_test, bins=config.bins, seed=config.seed,
-                                               rounds=config.bootstrap_rounds)},
-        "threshold": {"target": config.target_precision, "confidence_level": config.confidence_level,
-                      "calibration": threshold.as_dict() if threshold else None, "test": test_threshold,
-                      "reachable": reachable(confidence(P_cal_oof), P_cal_oof.argmax(1) == y_cal,
-                                             target=config.target_precision, confidence_level=config.confidence_level)},
+        "calibration_part": {
+            "raw": metrics.summary(
+                raw.apply(scored[default].L[raw_cal], None), y_all[raw_cal], bins=config.bins, rounds=0
+            ),
+            "calibrated": metrics.summary(P_cal_cal, y_cal, bins=config.bins, rounds=0),
+        },
+        "test": {
+            "raw": metrics.summary(
+                P_raw_test, y_raw, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds
+            ),
+            "calibrated": metrics.summary(
+                P_cal_test, y_test, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds
+            ),
+        },
+        "threshold": {
+            "target": config.target_precision,
+            "confidence_level": config.confidence_level,
+            "calibration": threshold.as_dict() if threshold else None,
+            "test": test_threshold,
+            "reachable": reachable(
+                confidence(P_cal_oof),
+                P_cal_oof.argmax(1) == y_cal,
+                target=config.target_precision,
+                confidence_level=config.confidence_level,
+            ),
+        },
         "conformal": conformal,
     }
 
     total_s = time.perf_counter() - began
-    summary["cost"] = {"items": int(len(used)),
-    "variants": len(scored),
-    "scoring_s": scoring_s,
-    "total_s": total_s,
-    "scoring_s_per_item": scoring_s / max(len(used),
-    1),
-    "total_s_per_item": total_s / max(len(used),
-     1)}
+    summary["cost"] = {
+        "items": int(len(used)),
+        "variants": len(scored),
+        "scoring_s": scoring_s,
+        "total_s": total_s,
+        "scoring_s_per_item": scoring_s / max(len(used), 1),
+        "total_s_per_item": total_s / max(len(used), 1),
+    }
     profile = CalibrationProfile(
-    name=config.profile_name or task.name,
-    created=datetime.datetime.now(
-        datetime.UTC).isoformat(
-            timespec="seconds"),
-            model_sha256=identity,
-            prompt_format=variant.layout,
-            task=summary["task"],
-            mode=variant.mode,
-            calibrator=chosen.kind,
-            length_normalize=chosen.length_normalize,
-            temperature=getattr(
-                chosen,
-                "temperature",
-                1.0),
-                bias=list(
-                    chosen.bias) if getattr(
-                        chosen,
-                        "bias",
-                        None) else None,
-                        method=candidate.method,
-                        prior_correction=candidate.prior_correction,
-                        prior=summary["chosen"]["prior"],
-                        rotations=variant.rotations,
-                        demonstrations=[
-                            DemonstrationParams(
-                                input=d.input,
-                                option=d.option) for d in data.demonstrations] or None,
-                                head=HeadParams.from_calibrator(chosen) if isinstance(
-                                    chosen,
-                                    HeadCalibrator) else None,
-                                    threshold=threshold.threshold if threshold else None,
-                                    target_precision=config.target_precision,
-                                    confidence_level=config.confidence_level,
-                                    dataset_fingerprint=config.dataset_fingerprint,
-                                    metrics={
-                                        "test_raw": _headline(
-                                            summary["test"]["raw"]),
-                                            "test_calibrated": _headline(
-                                                summary["test"]["calibrated"]),
-                                                "threshold_test": test_threshold},
-                                                 )
+        name=config.profile_name or task.name,
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        model_sha256=identity,
+        prompt_format=variant.layout,
+        task=summary["task"],
+        mode=variant.mode,
+        calibrator=chosen.kind,
+        length_normalize=chosen.length_normalize,
+        temperature=getattr(chosen, "temperature", 1.0),
+        bias=list(chosen.bias) if getattr(chosen, "bias", None) else None,
+        method=candidate.method,
+        prior_correction=candidate.prior_correction,
+        prior=summary["chosen"]["prior"],
+        rotations=variant.rotations,
+        demonstrations=[DemonstrationParams(input=d.input, option=d.option) for d in data.demonstrations] or None,
+        head=HeadParams.from_calibrator(chosen) if isinstance(chosen, HeadCalibrator) else None,
+        threshold=threshold.threshold if threshold else None,
+        target_precision=config.target_precision,
+        confidence_level=config.confidence_level,
+        dataset_fingerprint=config.dataset_fingerprint,
+        metrics={
+            "test_raw": _headline(summary["test"]["raw"]),
+            "test_calibrated": _headline(summary["test"]["calibrated"]),
+            "threshold_test": test_threshold,
+        },
+    )
     profile.save(out / "profile.json")
     with (out / "predictions.jsonl").open("w", encoding="utf-8") as handle:
         raw_rows = {int(i): row for row, i in enumerate(raw_test)}
         for row, i in enumerate(measured):
             raw_p = P_raw_test[raw_rows[int(i)]].tolist() if int(i) in raw_rows else None
-            handle.write(json.dumps({"id": items[i].id,
-    "label": int(y_all[i]),
-    "options": [str(o) for o in task.options],
-    "probabilities": P_cal_test[row].tolist(),
-     "raw_probabilities": raw_p}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "id": items[i].id,
+                        "label": int(y_all[i]),
+                        "options": [str(o) for o in task.options],
+                        "probabilities": P_cal_test[row].tolist(),
+                        "raw_probabilities": raw_p,
+                    }
+                )
+                + "\n"
+            )
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float), encoding="utf-8")
     write_html(summary, out)
     return summary

@@ -33,8 +33,9 @@ def usable(data: VariantScores, candidate: Candidate, idx: np.ndarray) -> np.nda
     return idx if mask is None else idx[mask[idx]]
 
 
-def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.ndarray, *,
-           seed: int = 0) -> tuple[list[dict], dict[str, tuple[Variant, Candidate]]]:
+def select(
+    scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.ndarray, *, seed: int = 0
+) -> tuple[list[dict], dict[str, tuple[Variant, Candidate]]]:
     """Cross-validated NLL and accuracy of every (variant, candidate) on the calibration part, every
     one measured on the same held-out folds: of the items every variant has answer scores for (all of
     them unless the run's budget scored answers on a subsample), each candidate fitted on the other
@@ -47,8 +48,12 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
     results: list[dict] = []
     fitted: dict[str, tuple[Variant, Candidate]] = {}
     for variant, data in scored.items():
-        for candidate in candidates(data.lengths is not None, has_prior=data.content_free is not None,
-                                    has_hidden=data.hidden is not None, has_texts=data.texts is not None):
+        for candidate in candidates(
+            data.lengths is not None,
+            has_prior=data.content_free is not None,
+            has_hidden=data.hidden is not None,
+            has_texts=data.texts is not None,
+        ):
             if data.hidden_only and not (candidate.kind == "head" and candidate.features == HIDDEN_ONLY):
                 continue  # no answer was scored under this prompt format
             prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
@@ -56,36 +61,68 @@ def select(scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y_cal: np.
             cv = _cross_validated(data, candidate, common, fit_on, y_of, prior, seed)
             label = f"{variant.label}, {candidate.label}"
             fitted[label] = (variant, candidate)
-            results.append({"mode": variant.mode, "rotations": variant.rotations, "shots": variant.shots,
-                            "layout": variant.layout,
-                            "method": candidate.method,
-                            "kind": candidate.kind, "lexical": candidate.lexical, "features": candidate.features,
-                            "length_normalize": candidate.length_normalize,
-                            "prior_correction": candidate.prior_correction, "label": label,
-                            "cv_nll": cv["nll"], "cv_nll_se": cv["nll_se"], "cv_accuracy": cv["accuracy"],
-                            "cv_items": cv["items"], "fit_items": int(len(fit_on)),
-                            "served_rows": served_rows(data, candidate),
-                            "complexity": list(complexity(variant, candidate, served_rows(data, candidate))),
-                            "cv_losses": cv["losses"]})
+            results.append(
+                {
+                    "mode": variant.mode,
+                    "rotations": variant.rotations,
+                    "shots": variant.shots,
+                    "layout": variant.layout,
+                    "method": candidate.method,
+                    "kind": candidate.kind,
+                    "lexical": candidate.lexical,
+                    "features": candidate.features,
+                    "length_normalize": candidate.length_normalize,
+                    "prior_correction": candidate.prior_correction,
+                    "label": label,
+                    "cv_nll": cv["nll"],
+                    "cv_nll_se": cv["nll_se"],
+                    "cv_accuracy": cv["accuracy"],
+                    "cv_items": cv["items"],
+                    "fit_items": int(len(fit_on)),
+                    "served_rows": served_rows(data, candidate),
+                    "complexity": list(complexity(variant, candidate, served_rows(data, candidate))),
+                    "cv_losses": cv["losses"],
+                }
+            )
     return results, fitted
 
 
-def _cross_validated(data: VariantScores, candidate: Candidate, held_out: np.ndarray, fit_on: np.ndarray,
-                     y_of: dict[int, int], prior, seed: int) -> dict:
+def _cross_validated(
+    data: VariantScores,
+    candidate: Candidate,
+    held_out: np.ndarray,
+    fit_on: np.ndarray,
+    y_of: dict[int, int],
+    prior,
+    seed: int,
+) -> dict:
     """5-fold cross-validation whose held-out folds split `held_out`; each fold fitted on the items of
     `fit_on` outside it (when both are the calibration part: plain cross-validation)."""
     y_held = np.array([y_of[int(i)] for i in held_out])
     if np.array_equal(held_out, fit_on):
-        return cross_validated(data.L[held_out], None if data.lengths is None else data.lengths[held_out], y_held,
-                               candidate, prior=prior, hidden=None if data.hidden is None else data.hidden[held_out],
-                               texts=_texts(data, held_out), seed=seed)
+        return cross_validated(
+            data.L[held_out],
+            None if data.lengths is None else data.lengths[held_out],
+            y_held,
+            candidate,
+            prior=prior,
+            hidden=None if data.hidden is None else data.hidden[held_out],
+            texts=_texts(data, held_out),
+            seed=seed,
+        )
+
     def fold(split: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         held = split[1]
         train = np.setdiff1d(fit_on, held_out[held])
-        calibrator = fit_candidate(candidate, data.L[train], None if data.lengths is None else data.lengths[train],
-                                   np.array([y_of[int(i)] for i in train]), prior=prior,
-                                   hidden=None if data.hidden is None else data.hidden[train],
-                                   texts=_texts(data, train))
+        calibrator = fit_candidate(
+            candidate,
+            data.L[train],
+            None if data.lengths is None else data.lengths[train],
+            np.array([y_of[int(i)] for i in train]),
+            prior=prior,
+            hidden=None if data.hidden is None else data.hidden[train],
+            texts=_texts(data, train),
+        )
         P = apply_variant(calibrator, data, held_out[held])
         return held_out_figures(P, y_held[held])
 
@@ -113,9 +150,17 @@ def complexity(variant: Variant, candidate: Candidate, cost: float | None = None
     normalisation; among heads, the one that reads the hidden state alone (it also scores no answer
     when served); a stronger penalty."""
     cost_step = 0 if not cost else round(float(np.log(cost) / np.log(1.1)))
-    return (KIND_RANK[candidate.kind], int(candidate.lexical), cost_step, variant.shots, variant.rotations,
-            int(candidate.prior_correction), int(candidate.length_normalize),
-            0 if candidate.features == HIDDEN_ONLY else 1, candidate.C)
+    return (
+        KIND_RANK[candidate.kind],
+        int(candidate.lexical),
+        cost_step,
+        variant.shots,
+        variant.rotations,
+        int(candidate.prior_correction),
+        int(candidate.length_normalize),
+        0 if candidate.features == HIDDEN_ONLY else 1,
+        candidate.C,
+    )
 
 
 def choose(results: list[dict]) -> tuple[dict, dict]:
@@ -128,11 +173,14 @@ def choose(results: list[dict]) -> tuple[dict, dict]:
     best = min(results, key=lambda r: r["cv_nll"])
     eligible = [r for r in results if r["cv_nll"] - best["cv_nll"] <= _difference_se(r, best)]
     chosen = min(eligible, key=lambda r: (tuple(r["complexity"]), r["cv_nll"]))
-    return chosen, {"rule": "the simplest candidate within one standard error (of the item-by-item difference) "
-                            "of the lowest cross-validated NLL",
-                    "lowest": {"label": best["label"], "cv_nll": best["cv_nll"], "cv_nll_se": best["cv_nll_se"]},
-                    "within_one_se": len(eligible), "compared": len(results),
-                    "items": sorted({r["cv_items"] for r in results})}
+    return chosen, {
+        "rule": "the simplest candidate within one standard error (of the item-by-item difference) "
+        "of the lowest cross-validated NLL",
+        "lowest": {"label": best["label"], "cv_nll": best["cv_nll"], "cv_nll_se": best["cv_nll_se"]},
+        "within_one_se": len(eligible),
+        "compared": len(results),
+        "items": sorted({r["cv_items"] for r in results}),
+    }
 
 
 def _difference_se(result: dict, best: dict) -> float:
@@ -148,15 +196,24 @@ def public(result: dict) -> dict:
     return {k: v for k, v in result.items() if k != "cv_losses"}
 
 
-def fit_variant(candidate: Candidate, data: VariantScores, idx: np.ndarray,
-                y: np.ndarray) -> Calibrator | HeadCalibrator:
+def fit_variant(
+    candidate: Candidate, data: VariantScores, idx: np.ndarray, y: np.ndarray
+) -> Calibrator | HeadCalibrator:
     prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
-    return fit_candidate(candidate, data.L[idx], None if data.lengths is None else data.lengths[idx], y, prior=prior,
-                         hidden=None if data.hidden is None else data.hidden[idx], texts=_texts(data, idx))
+    return fit_candidate(
+        candidate,
+        data.L[idx],
+        None if data.lengths is None else data.lengths[idx],
+        y,
+        prior=prior,
+        hidden=None if data.hidden is None else data.hidden[idx],
+        texts=_texts(data, idx),
+    )
 
 
-def out_of_fold(candidate: Candidate, data: VariantScores, cal_idx: np.ndarray, y_cal: np.ndarray, *,
-                folds: int = 5, seed: int = 0) -> np.ndarray:
+def out_of_fold(
+    candidate: Candidate, data: VariantScores, cal_idx: np.ndarray, y_cal: np.ndarray, *, folds: int = 5, seed: int = 0
+) -> np.ndarray:
     """Each calibration item's probabilities from a calibrator fitted on the other folds."""
     P = np.zeros((len(cal_idx), data.L.shape[1]))
     splits = list(splitter(data.L[cal_idx], y_cal, folds, seed))
@@ -167,8 +224,12 @@ def out_of_fold(candidate: Candidate, data: VariantScores, cal_idx: np.ndarray, 
 
 
 def apply_variant(calibrator: Calibrator | HeadCalibrator, data: VariantScores, idx: np.ndarray) -> np.ndarray:
-    return calibrator.apply(data.L[idx], None if data.lengths is None else data.lengths[idx],
-                            None if data.hidden is None else data.hidden[idx], _texts(data, idx))
+    return calibrator.apply(
+        data.L[idx],
+        None if data.lengths is None else data.lengths[idx],
+        None if data.hidden is None else data.hidden[idx],
+        _texts(data, idx),
+    )
 
 
 def _texts(data: VariantScores, idx: np.ndarray) -> list[str] | None:

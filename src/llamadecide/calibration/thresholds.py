@@ -38,8 +38,15 @@ def smallest_passing_sample(target: float, confidence_level: float) -> int:
     return int(np.ceil(np.log(1.0 - confidence_level) / np.log(target)))
 
 
-def select_threshold(conf: np.ndarray, correct: np.ndarray, *, target: float, confidence_level: float,
-                     grid: tuple[float, ...] = DEFAULT_GRID, min_auto: int | None = None) -> Threshold | None:
+def select_threshold(
+    conf: np.ndarray,
+    correct: np.ndarray,
+    *,
+    target: float,
+    confidence_level: float,
+    grid: tuple[float, ...] = DEFAULT_GRID,
+    min_auto: int | None = None,
+) -> Threshold | None:
     """Learn-then-Test with fixed-sequence testing. For each threshold t of a fixed grid, from
     strictest to loosest, H_t says "precision of answers with confidence >= t is below target";
     it is rejected when the Clopper-Pearson lower bound clears the target. Testing stops at the
@@ -70,8 +77,12 @@ def select_threshold(conf: np.ndarray, correct: np.ndarray, *, target: float, co
 def evaluate_threshold(conf: np.ndarray, correct: np.ndarray, threshold: float) -> dict:
     mask = np.asarray(conf) >= threshold
     n = int(mask.sum())
-    return {"threshold": threshold, "auto": n, "coverage": n / len(conf),
-            "precision": float(np.asarray(correct)[mask].mean()) if n else None}
+    return {
+        "threshold": threshold,
+        "auto": n,
+        "coverage": n / len(conf),
+        "precision": float(np.asarray(correct)[mask].mean()) if n else None,
+    }
 
 
 def conformal_quantile(P: np.ndarray, y: np.ndarray, alpha: float) -> float:
@@ -89,15 +100,26 @@ def conformal_report(P: np.ndarray, y: np.ndarray, qhat: float) -> dict:
     singleton = sizes == 1
     covered = sets[np.arange(len(y)), y]
     precision = float((P.argmax(1)[singleton] == y[singleton]).mean()) if singleton.any() else None
-    return {"qhat": qhat, "coverage": float(covered.mean()), "mean_set_size": float(sizes.mean()),
-            "singleton_rate": float(singleton.mean()), "singleton_precision": precision}
+    return {
+        "qhat": qhat,
+        "coverage": float(covered.mean()),
+        "mean_set_size": float(sizes.mean()),
+        "singleton_rate": float(singleton.mean()),
+        "singleton_precision": precision,
+    }
 
 
 REACHABLE_TARGETS = (0.80, 0.90, 0.95)
 
 
-def reachable(conf: np.ndarray, correct: np.ndarray, *, target: float, confidence_level: float,
-              targets: tuple[float, ...] = REACHABLE_TARGETS) -> dict:
+def reachable(
+    conf: np.ndarray,
+    correct: np.ndarray,
+    *,
+    target: float,
+    confidence_level: float,
+    targets: tuple[float, ...] = REACHABLE_TARGETS,
+) -> dict:
     """What the labelled items support when a target is out of reach: the guaranteed coverage at
     other precisions (each chosen as `select_threshold` would, so each is a guarantee of its own),
     and roughly how many labelled items the target would need at the precision the most confident
@@ -107,14 +129,28 @@ def reachable(conf: np.ndarray, correct: np.ndarray, *, target: float, confidenc
     at = []
     for goal in sorted({*targets, target}):
         found = select_threshold(conf, correct, target=goal, confidence_level=confidence_level)
-        at.append({"precision": goal, "threshold": found.threshold if found else None,
-                   "coverage": found.coverage if found else 0.0})
-    return {"at_precision": at, "labels_needed": labels_needed(conf, correct, target=target,
-                                                               confidence_level=confidence_level)}
+        at.append(
+            {
+                "precision": goal,
+                "threshold": found.threshold if found else None,
+                "coverage": found.coverage if found else 0.0,
+            }
+        )
+    return {
+        "at_precision": at,
+        "labels_needed": labels_needed(conf, correct, target=target, confidence_level=confidence_level),
+    }
 
 
-def labels_needed(conf: np.ndarray, correct: np.ndarray, *, target: float, confidence_level: float,
-                  grid: tuple[float, ...] = DEFAULT_GRID, min_items: int = 10) -> dict | None:
+def labels_needed(
+    conf: np.ndarray,
+    correct: np.ndarray,
+    *,
+    target: float,
+    confidence_level: float,
+    grid: tuple[float, ...] = DEFAULT_GRID,
+    min_items: int = 10,
+) -> dict | None:
     """The fewest labelled items with which some threshold's answers, at their observed precision
     and share of items, would clear `target` at `confidence_level` (the Clopper-Pearson bound of
     `select_threshold`), over the thresholds that hold at least `min_items` items now."""
@@ -133,13 +169,19 @@ def labels_needed(conf: np.ndarray, correct: np.ndarray, *, target: float, confi
             continue
         needed = int(np.ceil(auto * total / n))
         if best is None or needed < best["labelled"]:
-            best = {"threshold": float(t), "coverage": n / total, "observed_precision": precision,
-                    "labelled": needed, "more": max(0, needed - total)}
+            best = {
+                "threshold": float(t),
+                "coverage": n / total,
+                "observed_precision": precision,
+                "labelled": needed,
+                "more": max(0, needed - total),
+            }
     return best
 
 
 def _auto_items_needed(precision: float, target: float, confidence_level: float, limit: int = 10**7) -> int | None:
     """Smallest m whose bound at `precision` (rounded down to whole successes) clears `target`."""
+
     def clears(m: int) -> bool:
         return clopper_pearson_lower(int(np.floor(precision * m)), m, confidence_level) >= target
 

@@ -34,9 +34,12 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return (f"{self.mode} mode" + (f", {self.layout}" if self.layout != PROMPT_FORMAT_VERSION else "")
-                + (f", {self.rotations} rotations" if self.rotations > 1 else "")
-                + (f", {self.shots}-shot" if self.shots else ""))
+        return (
+            f"{self.mode} mode"
+            + (f", {self.layout}" if self.layout != PROMPT_FORMAT_VERSION else "")
+            + (f", {self.rotations} rotations" if self.rotations > 1 else "")
+            + (f", {self.shots}-shot" if self.shots else "")
+        )
 
 
 @dataclass
@@ -68,9 +71,17 @@ class Plan:
     left_out: tuple[Variant, ...] = ()
 
 
-def plan_scoring(variants: list[Variant], costs: dict[Variant, tuple[float, float]], used: np.ndarray,
-                 split_parts: tuple[np.ndarray, ...], budget: int, hidden_wanted: set[Variant], seed: int, *,
-                 min_answered: int = 100) -> Plan:
+def plan_scoring(
+    variants: list[Variant],
+    costs: dict[Variant, tuple[float, float]],
+    used: np.ndarray,
+    split_parts: tuple[np.ndarray, ...],
+    budget: int,
+    hidden_wanted: set[Variant],
+    seed: int,
+    *,
+    min_answered: int = 100,
+) -> Plan:
     """Spend at most `budget` (weighted) evaluated rows. Everything on every item when it fits.
     Otherwise each variant costs the cheaper of its answers on every item, or (when a head on its
     hidden state is wanted and its answer trie costs more than its prompt) its answers on a seeded
@@ -82,8 +93,9 @@ def plan_scoring(variants: list[Variant], costs: dict[Variant, tuple[float, floa
         return Plan({v: used for v in variants}, (), int(sum(costs[v][0] for v in variants) * n))
     m = min(n, min_answered)
     rng = np.random.default_rng(seed)
-    answered = np.sort(np.concatenate(
-        [rng.permutation(part)[: max(1, round(m * len(part) / n))] for part in split_parts]))
+    answered = np.sort(
+        np.concatenate([rng.permutation(part)[: max(1, round(m * len(part) / n))] for part in split_parts])
+    )
     options: dict[Variant, tuple[float, bool]] = {}  # variant -> (cost, answers on the subsample only)
     for v in variants:
         everything = costs[v][0] * n
@@ -95,9 +107,12 @@ def plan_scoring(variants: list[Variant], costs: dict[Variant, tuple[float, floa
         if not chosen or spent + options[v][0] <= budget:
             chosen.append(v)
             spent += options[v][0]
-    return Plan({v: (answered if options[v][1] else used) for v in variants if v in chosen},
-                tuple(v for v in variants if v in chosen and options[v][1]), int(spent),
-                tuple(v for v in variants if v not in chosen))
+    return Plan(
+        {v: (answered if options[v][1] else used) for v in variants if v in chosen},
+        tuple(v for v in variants if v in chosen and options[v][1]),
+        int(spent),
+        tuple(v for v in variants if v not in chosen),
+    )
 
 
 def _cache_mode(variant: Variant, hidden: bool, demonstrations: tuple[Demonstration, ...] = ()) -> str:
@@ -120,26 +135,32 @@ def variants_for(task: Task, config: RunConfig, *, demonstrations: bool = True) 
         found.append(Variant("labels", min(config.rotations, len(task.options))))
     if config.shots > 0 and demonstrations:
         found.append(Variant(default_mode, shots=config.shots))
-    for layout in (config.layouts if demonstrations else ()):
+    for layout in config.layouts if demonstrations else ():
         if layout in HEAD_ONLY_FORMATS:
             if config.head:
                 found.append(Variant(default_mode, layout=layout))
         elif layout in QUESTION_FIRST_FORMATS:
             found.append(Variant(default_mode, layout=layout))
-            found.extend(Variant(default_mode, shots=n * len(task.options), layout=layout)
-                         for n in sorted(set(config.shots_per_class)) if n > 0)
+            found.extend(
+                Variant(default_mode, shots=n * len(task.options), layout=layout)
+                for n in sorted(set(config.shots_per_class))
+                if n > 0
+            )
     return found
 
 
 def demonstration_items(scored: dict[Variant, VariantScores]) -> np.ndarray:
     """Items shown as demonstrations in a question-first variant's shared prefix: no variant is
     fitted or measured on them (that variant could not be: they are part of its prompt)."""
-    return np.array(sorted({i for variant, data in scored.items() if variant.layout in QUESTION_FIRST_FORMATS
-                            for i in data.shown}), dtype=int)
+    return np.array(
+        sorted({i for variant, data in scored.items() if variant.layout in QUESTION_FIRST_FORMATS for i in data.shown}),
+        dtype=int,
+    )
 
 
-def choose_demonstrations(items: list[LabelledItem], y: np.ndarray, pool: np.ndarray, shots: int,
-                          seed: int = 0) -> list[int]:
+def choose_demonstrations(
+    items: list[LabelledItem], y: np.ndarray, pool: np.ndarray, shots: int, seed: int = 0
+) -> list[int]:
     """`shots` labelled items to show before every question: the classes taken in turn (a seeded
     order), each time a random item of that class, from its shorter half while it lasts (a short
     prefix keeps the prompt cheap), so the answers shown are balanced and interleaved."""
@@ -163,10 +184,18 @@ def choose_demonstrations(items: list[LabelledItem], y: np.ndarray, pool: np.nda
 BATCH_ITEMS = 16  # items handed to the backend at once (the local engine shares its calls among them)
 
 
-def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, config: RunConfig,
-                   cache: ScoreCache, *, pool: np.ndarray | None = None,
-                   split_parts: tuple[np.ndarray, ...] | None = None, report: dict | None = None
-                   ) -> dict[Variant, VariantScores]:
+def score_variants(
+    backend: Backend,
+    task: Task,
+    items: list[LabelledItem],
+    used: np.ndarray,
+    config: RunConfig,
+    cache: ScoreCache,
+    *,
+    pool: np.ndarray | None = None,
+    split_parts: tuple[np.ndarray, ...] | None = None,
+    report: dict | None = None,
+) -> dict[Variant, VariantScores]:
     """Every variant's scores for the used items (rows of the unused items stay zero), variant by
     variant, many items per backend call (the local engine evaluates them in shared calls, each as
     alone); hidden states are read once per prompt (mode and demonstrations), in the scoring calls.
@@ -176,10 +205,10 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
     on a subsample (`VariantScores.answered`) and hidden states alone on every item."""
     want_hidden = config.head and backend.supports_hidden
     variants = [
-    v for v in variants_for(
-        task,
-        config,
-         demonstrations=backend.supports_demonstrations and pool is not None) if want_hidden or not v.hidden_only]
+        v
+        for v in variants_for(task, config, demonstrations=backend.supports_demonstrations and pool is not None)
+        if want_hidden or not v.hidden_only
+    ]
     head_only = [v for v in variants if v.hidden_only]  # hidden states on every item, never answers
     hidden_variant: dict[Variant, bool] = {}
     prompts_with_hidden: set[tuple[str, int, str]] = set()
@@ -201,21 +230,44 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
     costs: dict[Variant, tuple[float, float]] = {}
     if backend.supports_hidden:  # the local engine: its work can be estimated (a few items' mean)
         sample = [items[int(i)].text for i in used[:: max(1, len(used) // 8)][:8]]
-        costs = {v: tuple(np.mean([backend.cost(text, questions[v], rotations=v.rotations,
-                                                demonstrations=demonstrations[v], layout=v.layout)
-                                   for text in sample], axis=0)) for v in variants}
+        costs = {
+            v: tuple(
+                np.mean(
+                    [
+                        backend.cost(
+                            text, questions[v], rotations=v.rotations, demonstrations=demonstrations[v], layout=v.layout
+                        )
+                        for text in sample
+                    ],
+                    axis=0,
+                )
+            )
+            for v in variants
+        }
     if config.row_budget and costs:
-        plan = plan_scoring(answered_variants, costs, used, split_parts or (used,), config.row_budget,
-                            {v for v in answered_variants if hidden_variant[v]}, config.seed,
-                            min_answered=config.min_answered)
+        plan = plan_scoring(
+            answered_variants,
+            costs,
+            used,
+            split_parts or (used,),
+            config.row_budget,
+            {v for v in answered_variants if hidden_variant[v]},
+            config.seed,
+            min_answered=config.min_answered,
+        )
         head_only_rows = int(sum(costs[v][1] for v in head_only) * len(used))
     else:
         plan = Plan({v: used for v in answered_variants}, (), 0)
     if report is not None:
-        report.update({"row_budget": config.row_budget, "estimated_rows": plan.rows + head_only_rows,
-                       "answers_scored": {v.label: int(len(idx)) for v, idx in plan.answered.items()},
-                       "hidden_state_on_every_item": [v.label for v in (*plan.hidden_variants, *head_only)],
-                       "left_out": [v.label for v in plan.left_out]})
+        report.update(
+            {
+                "row_budget": config.row_budget,
+                "estimated_rows": plan.rows + head_only_rows,
+                "answers_scored": {v.label: int(len(idx)) for v, idx in plan.answered.items()},
+                "hidden_state_on_every_item": [v.label for v in (*plan.hidden_variants, *head_only)],
+                "left_out": [v.label for v in plan.left_out],
+            }
+        )
     identity = backend.identity()
     k = len(task.options)
     L = {v: np.zeros((len(items), k)) for v in variants}
@@ -257,51 +309,82 @@ def score_variants(backend: Backend, task: Task, items: list[LabelledItem], used
                 progress.advance(bar)
         for own, members in pending.items():
             for start in range(0, len(members), BATCH_ITEMS):
-                chunk = members[start:start + BATCH_ITEMS]
-                results = backend.score_many([items[i].text for i, _ in chunk], questions[variant],
-                                             rotations=variant.rotations, hidden=with_hidden,
-                                             demonstrations=own, layout=variant.layout, answers=answers)
+                chunk = members[start : start + BATCH_ITEMS]
+                results = backend.score_many(
+                    [items[i].text for i, _ in chunk],
+                    questions[variant],
+                    rotations=variant.rotations,
+                    hidden=with_hidden,
+                    demonstrations=own,
+                    layout=variant.layout,
+                    answers=answers,
+                )
                 for (i, key), scores in zip(chunk, results):
                     cache.put(key, scores)
                     record(variant, i, scores, answers)
                 cache.commit()
                 progress.advance(bar, len(chunk))
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  disable=not config.show_progress) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        disable=not config.show_progress,
+    ) as progress:
         for variant, indices in plan.answered.items():
             run(variant, indices, answers=True, progress=progress, label="scoring")
         for variant in plan.hidden_variants:
-            run(variant, np.setdiff1d(used, plan.answered[variant]), answers=False, progress=progress,
-                label="hidden states")
+            run(
+                variant,
+                np.setdiff1d(used, plan.answered[variant]),
+                answers=False,
+                progress=progress,
+                label="hidden states",
+            )
         for variant in head_only:
             run(variant, used, answers=False, progress=progress, label="hidden states")
     cache.commit()
     scored: dict[Variant, VariantScores] = {}
     texts = [item.text for item in items]  # strings: the model sees them verbatim (prompt.render_state)
     for variant in (v for v in variants if v in plan.answered):
-        content_free = (backend.content_free(questions[variant], rotations=variant.rotations,
-                                             demonstrations=demonstrations[variant], layout=variant.layout)
-                        if config.prior_correction else None)
+        content_free = (
+            backend.content_free(
+                questions[variant],
+                rotations=variant.rotations,
+                demonstrations=demonstrations[variant],
+                layout=variant.layout,
+            )
+            if config.prior_correction
+            else None
+        )
         key = (variant.mode, variant.shots, variant.layout)
         variant_hidden = hidden.get(key)
         complete = len(plan.answered[variant]) == len(used)
         answered = np.zeros(len(items), dtype=bool)
         answered[plan.answered[variant]] = True
         scored[variant] = VariantScores(
-    L[variant],
-    lengths[variant],
-    variant_hidden,
-    content_free,
-    demonstrations[variant],
-    texts if variant_hidden is not None and config.lexical else None,
-    tuple(
-        shown[variant]),
-        None if complete else answered,
-        None if complete else hidden_mask.get(key),
-         served_rows=costs.get(variant))
+            L[variant],
+            lengths[variant],
+            variant_hidden,
+            content_free,
+            demonstrations[variant],
+            texts if variant_hidden is not None and config.lexical else None,
+            tuple(shown[variant]),
+            None if complete else answered,
+            None if complete else hidden_mask.get(key),
+            served_rows=costs.get(variant),
+        )
     for variant in head_only:
         key = (variant.mode, variant.shots, variant.layout)
-        scored[variant] = VariantScores(L[variant], None, hidden.get(key), None, (), texts if config.lexical else None,
-                                        hidden_only=True, served_rows=costs.get(variant))
+        scored[variant] = VariantScores(
+            L[variant],
+            None,
+            hidden.get(key),
+            None,
+            (),
+            texts if config.lexical else None,
+            hidden_only=True,
+            served_rows=costs.get(variant),
+        )
     return scored

@@ -18,14 +18,21 @@ REPOSITORY_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
 
 def bench_command(
-    url: Annotated[Optional[str], typer.Option(
-        "--url", help="A running server (default: start one per configuration)")] = None,
+    url: Annotated[
+        Optional[str], typer.Option("--url", help="A running server (default: start one per configuration)")
+    ] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key")] = None,
-    data: Annotated[Optional[Path], typer.Option(
-        "--data", help="Labelled items for the workload (CSV, TSV or JSONL; default: the repository's AG News copy, "
-                       "when it is there)")] = None,
-    task: Annotated[str, typer.Option(
-        "--task", help="Task file, or a packaged task: agnews, sst2, banking77, banking77-phrases")] = "agnews",
+    data: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--data",
+            help="Labelled items for the workload (CSV, TSV or JSONL; default: the repository's AG News copy, "
+            "when it is there)",
+        ),
+    ] = None,
+    task: Annotated[
+        str, typer.Option("--task", help="Task file, or a packaged task: agnews, sst2, banking77, banking77-phrases")
+    ] = "agnews",
     text_column: Annotated[str, typer.Option("--text-column")] = "0",
     label_column: Annotated[str, typer.Option("--label-column")] = "1",
     items: Annotated[int, typer.Option("--items", help="Labelled items to cycle through")] = 64,
@@ -33,23 +40,37 @@ def bench_command(
     requests: Annotated[int, typer.Option("--requests", help="Measured requests per level")] = 32,
     warmup: Annotated[int, typer.Option("--warmup", help="Unmeasured requests before each level")] = 2,
     threads: Annotated[list[int], typer.Option("--threads", help="CPU thread counts to sweep (repeat)")] = [],
-    profile: Annotated[Optional[Path], typer.Option(
-        "--profile", help="Serve this calibration profile (a calibrate --out folder) and send its name with every "
-                          "decision: the served method, e.g. a head, as users run it")] = None,
-    predicate: Annotated[Optional[str], typer.Option(
-        "--predicate", help="Ask this yes/no question of every item instead of the task's question")] = None,
-    chat: Annotated[bool, typer.Option(
-        "--chat/--no-chat", help="Also measure generate-and-parse over chat completions")] = True,
-    decision_batch: Annotated[list[int], typer.Option(
-        "--decision-batch", help="Server setting decision_batch values to compare, a server each (repeat; default: "
-                                 "the server's own)")] = [],
+    profile: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--profile",
+            help="Serve this calibration profile (a calibrate --out folder) and send its name with every "
+            "decision: the served method, e.g. a head, as users run it",
+        ),
+    ] = None,
+    predicate: Annotated[
+        Optional[str],
+        typer.Option("--predicate", help="Ask this yes/no question of every item instead of the task's question"),
+    ] = None,
+    chat: Annotated[
+        bool, typer.Option("--chat/--no-chat", help="Also measure generate-and-parse over chat completions")
+    ] = True,
+    decision_batch: Annotated[
+        list[int],
+        typer.Option(
+            "--decision-batch",
+            help="Server setting decision_batch values to compare, a server each (repeat; default: the server's own)",
+        ),
+    ] = [],
     gpu: Annotated[str, typer.Option("--gpu", help="auto (when a GPU build and device exist), on, off")] = "auto",
     model: Annotated[Optional[str], typer.Option("--model")] = None,
-    prices: Annotated[Optional[Path], typer.Option(
-        "--prices", help="Price table JSON (default: the shipped one)")] = None,
-    out: Annotated[Path, typer.Option(
-        "--out", help="Directory for results.json, results.md, latency_throughput.png, records.jsonl"
-    )] = Path("bench-out"),
+    prices: Annotated[
+        Optional[Path], typer.Option("--prices", help="Price table JSON (default: the shipped one)")
+    ] = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Directory for results.json, results.md, latency_throughput.png, records.jsonl"),
+    ] = Path("bench-out"),
 ) -> None:
     """Latency and throughput by concurrency; decisions vs generate-and-parse; CPU vs GPU; cost per 1,000 requests."""
     from llamadecide.bench.load import (
@@ -69,8 +90,10 @@ def bench_command(
     console = wide_console(140)
     if data is None:
         if not REPOSITORY_DATA.is_file():
-            raise fail("pass --data FILE with labelled items (and --task, --text-column, --label-column for it): "
-                       "the default AG News workload is only beside a repository checkout")
+            raise fail(
+                "pass --data FILE with labelled items (and --task, --text-column, --label-column for it): "
+                "the default AG News workload is only beside a repository checkout"
+            )
         data = REPOSITORY_DATA
     try:
         the_task = load_task(task)
@@ -82,13 +105,13 @@ def bench_command(
     golds = [the_task.gold_index(i.label) for i in sample]
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {
-    "task": the_task.name,
-    "items": len(sample),
-    "requests_per_level": requests,
-    "levels": [],
-    "threads": [],
-    "machine": {
-        "cpus": os.cpu_count()}}
+        "task": the_task.name,
+        "items": len(sample),
+        "requests_per_level": requests,
+        "levels": [],
+        "threads": [],
+        "machine": {"cpus": os.cpu_count()},
+    }
     records_file = (out / "records.jsonl").open("w")
 
     profile_name = None
@@ -117,22 +140,41 @@ def bench_command(
     def measure(base_url: str, device: str, kinds: tuple[str, ...], levels: list[int]) -> None:
         for kind in kinds:
             for c in levels:
-                recs, wall, work = asyncio.run(run_level(base_url, api_key, kind, the_task, sample, golds, c, requests,
-                                                         warmup, profile=profile_name, predicate=predicate))
+                recs, wall, work = asyncio.run(
+                    run_level(
+                        base_url,
+                        api_key,
+                        kind,
+                        the_task,
+                        sample,
+                        golds,
+                        c,
+                        requests,
+                        warmup,
+                        profile=profile_name,
+                        predicate=predicate,
+                    )
+                )
                 summary = {"device": device, "kind": kind, "concurrency": c, **summarise(recs, wall)}
                 if kind == "decision":
                     summary.update(floor_figures(summary, work, seconds_per_row.get(device.split(",")[0])))
                 results["levels"].append(summary)
                 for r in asdict_records(recs):
                     records_file.write(json.dumps({"device": device, "concurrency": c, **r}) + "\n")
-                floor = (f"  {summary['rows_per_request']:.0f} rows/req, "
-                         f"{summary['decisions_per_engine_run'] or 0:.1f} "
-                         f"per engine run" if "rows_per_request" in summary else "")
+                floor = (
+                    f"  {summary['rows_per_request']:.0f} rows/req, "
+                    f"{summary['decisions_per_engine_run'] or 0:.1f} "
+                    f"per engine run"
+                    if "rows_per_request" in summary
+                    else ""
+                )
                 if "floor_efficiency" in summary:
                     floor += f", floor efficiency {summary['floor_efficiency']:.2f}"
-                console.print(f"{device} {kind:8s} c={c:<3d} p50 {summary['p50_s'] or 0:.3f}s  p95 "
-                              f"{summary['p95_s'] or 0:.3f}s  "
-                              f"{summary['throughput_rps']:.2f} req/s  errors {summary['error_rate']:.1%}{floor}")
+                console.print(
+                    f"{device} {kind:8s} c={c:<3d} p50 {summary['p50_s'] or 0:.3f}s  p95 "
+                    f"{summary['p95_s'] or 0:.3f}s  "
+                    f"{summary['throughput_rps']:.2f} req/s  errors {summary['error_rate']:.1%}{floor}"
+                )
 
     def with_server(args: list[str], device: str, kinds, levels, env: dict | None = None) -> None:
         if url:
@@ -140,8 +182,9 @@ def bench_command(
             return
         model_args = ["--model", model] if model else []
         profile_args = ["--profiles-dir", str(profile)] if profile else []
-        with ServerProcess(*model_args, *profile_args, *args,
-                           env={"LLAMADECIDE_QUEUE_SIZE": str(max(levels) + 4), **(env or {})}) as server:
+        with ServerProcess(
+            *model_args, *profile_args, *args, env={"LLAMADECIDE_QUEUE_SIZE": str(max(levels) + 4), **(env or {})}
+        ) as server:
             measure(server.url, device, kinds, levels)
 
     kinds = ("decision", "chat") if chat else ("decision",)
@@ -149,35 +192,53 @@ def bench_command(
     for batch in decision_batch or [None]:
         label = "cpu" if batch is None else f"cpu, batch {batch}"
         first = batch is None or batch == decision_batch[0]
-        with_server(["--n-gpu-layers", "0"], label, kinds if first else ("decision",),
-                    concurrency, env={"LLAMADECIDE_DECISION_BATCH": str(batch)} if batch is not None else None)
+        with_server(
+            ["--n-gpu-layers", "0"],
+            label,
+            kinds if first else ("decision",),
+            concurrency,
+            env={"LLAMADECIDE_DECISION_BATCH": str(batch)} if batch is not None else None,
+        )
     gpu_present = shutil.which("nvidia-smi") is not None and _gpu_build()
     if gpu == "on" or (gpu == "auto" and gpu_present):
         floor_for("gpu", -1)
         for batch in decision_batch or [None]:
             label = "gpu" if batch is None else f"gpu, batch {batch}"
             first = batch is None or batch == decision_batch[0]
-            with_server(["--n-gpu-layers", "-1"], label, kinds if first else ("decision",),
-                        concurrency, env={"LLAMADECIDE_DECISION_BATCH": str(batch)} if batch is not None else None)
+            with_server(
+                ["--n-gpu-layers", "-1"],
+                label,
+                kinds if first else ("decision",),
+                concurrency,
+                env={"LLAMADECIDE_DECISION_BATCH": str(batch)} if batch is not None else None,
+            )
         results["gpu"] = "measured"
     else:
-        results["gpu"] = ("not measured: no GPU on this machine" if not shutil.which("nvidia-smi") else
-                          "not measured: llama-cpp-python was built without GPU offload") + \
-                         " (build with LLAMADECIDE_CMAKE_EXTRA=-DGGML_CUDA=on bash scripts/install.sh, then " \
-                         "llamadecide bench --gpu on)"
+        results["gpu"] = (
+            (
+                "not measured: no GPU on this machine"
+                if not shutil.which("nvidia-smi")
+                else "not measured: llama-cpp-python was built without GPU offload"
+            )
+            + " (build with LLAMADECIDE_CMAKE_EXTRA=-DGGML_CUDA=on bash scripts/install.sh, then "
+            "llamadecide bench --gpu on)"
+        )
         console.print(f"[yellow]GPU {results['gpu']}[/yellow]")
     for t in threads:
         recs, wall = (None, None)
         model_args = ["--model", model] if model else []
         with ServerProcess(*model_args, "--threads", str(t), "--n-gpu-layers", "0") as server:
-            recs, wall, _ = asyncio.run(run_level(server.url, api_key, "decision", the_task, sample, golds, 1,
-                                                  max(8, requests // 4), warmup))
+            recs, wall, _ = asyncio.run(
+                run_level(server.url, api_key, "decision", the_task, sample, golds, 1, max(8, requests // 4), warmup)
+            )
         results["threads"].append({"threads": t, **summarise(recs, wall)})
     records_file.close()
 
     for r in results["levels"]:  # throughput against the lowest concurrency of the same server and workload
-        first = min((x for x in results["levels"] if (x["device"], x["kind"]) == (r["device"], r["kind"])),
-                    key=lambda x: x["concurrency"])
+        first = min(
+            (x for x in results["levels"] if (x["device"], x["kind"]) == (r["device"], r["kind"])),
+            key=lambda x: x["concurrency"],
+        )
         r["throughput_ratio"] = r["throughput_rps"] / first["throughput_rps"] if first["throughput_rps"] else None
     cpu_decisions = [r for r in results["levels"] if r["device"].startswith("cpu") and r["kind"] == "decision"]
     best_cpu = max(cpu_decisions, key=lambda r: r["throughput_rps"])
@@ -185,13 +246,15 @@ def bench_command(
     best_gpu = max(gpu_decisions, key=lambda r: r["throughput_rps"]) if gpu_decisions else None
     table_prices = load_prices(prices)
     results["cost"] = {
-    "source": table_prices["source"],
-    "best_cpu_concurrency": best_cpu["concurrency"],
-    "rows": cost_table(
-        table_prices,
-        cpu_rps=best_cpu["throughput_rps"],
-        cpu_vcpu=os.cpu_count() or 1,
-         gpu_rps=best_gpu["throughput_rps"] if best_gpu else None)}
+        "source": table_prices["source"],
+        "best_cpu_concurrency": best_cpu["concurrency"],
+        "rows": cost_table(
+            table_prices,
+            cpu_rps=best_cpu["throughput_rps"],
+            cpu_vcpu=os.cpu_count() or 1,
+            gpu_rps=best_gpu["throughput_rps"] if best_gpu else None,
+        ),
+    }
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "results.md").write_text(markdown(results))
     plot(results, out / "latency_throughput.png")
@@ -210,35 +273,45 @@ def _fmt(v, spec=".3f") -> str:
 
 
 def markdown(results: dict) -> str:
-    lines = ["| device | workload | concurrency | p50 s | p95 s | p99 s | req/s | vs lowest concurrency | errors | "
-             "accuracy | "
-             "invalid answers | rows/request | decisions/engine run | floor s/request | floor efficiency |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| device | workload | concurrency | p50 s | p95 s | p99 s | req/s | vs lowest concurrency | errors | "
+        "accuracy | "
+        "invalid answers | rows/request | decisions/engine run | floor s/request | floor efficiency |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results["levels"]:
-        lines.append(f"| {r['device']} | {r['kind']} | {r['concurrency']} | {_fmt(r['p50_s'])} | {_fmt(r['p95_s'])} | "
-                     f"{_fmt(r['p99_s'])} | "
-                     f"{r['throughput_rps']:.2f} | {_fmt(r.get('throughput_ratio'), '.2f')}x | {r['error_rate']:.1%} "
-                     f"| {_fmt(r.get('accuracy'))} | "
-                     f"{_fmt(r.get('invalid_answer_rate'), '.1%')} | {_fmt(r.get('rows_per_request'), '.1f')} | "
-                     f"{_fmt(r.get('decisions_per_engine_run'), '.2f')} | {_fmt(r.get('floor_s_per_request'))} | "
-                     f"{_fmt(r.get('floor_efficiency'), '.2f')} |")
+        lines.append(
+            f"| {r['device']} | {r['kind']} | {r['concurrency']} | {_fmt(r['p50_s'])} | {_fmt(r['p95_s'])} | "
+            f"{_fmt(r['p99_s'])} | "
+            f"{r['throughput_rps']:.2f} | {_fmt(r.get('throughput_ratio'), '.2f')}x | {r['error_rate']:.1%} "
+            f"| {_fmt(r.get('accuracy'))} | "
+            f"{_fmt(r.get('invalid_answer_rate'), '.1%')} | {_fmt(r.get('rows_per_request'), '.1f')} | "
+            f"{_fmt(r.get('decisions_per_engine_run'), '.2f')} | {_fmt(r.get('floor_s_per_request'))} | "
+            f"{_fmt(r.get('floor_efficiency'), '.2f')} |"
+        )
     if results.get("seconds_per_row"):
-        lines += ["", "Floor: rows per request x " + ", ".join(f"{s * 1000:.2f} ms a row on {d}" for d, s in
-                                                               results["seconds_per_row"].items())
-                  + " (a 512-row call, measured in this run); floor efficiency = floor / (1 / throughput)."]
+        lines += [
+            "",
+            "Floor: rows per request x "
+            + ", ".join(f"{s * 1000:.2f} ms a row on {d}" for d, s in results["seconds_per_row"].items())
+            + " (a 512-row call, measured in this run); floor efficiency = floor / (1 / throughput).",
+        ]
     if results["threads"]:
         lines += ["", "| threads | p50 s | req/s |", "| --- | --- | --- |"]
         lines += [f"| {t['threads']} | {_fmt(t['p50_s'])} | {t['throughput_rps']:.2f} |" for t in results["threads"]]
-    lines += ["",
-    f"Cost per 1,000 decisions at the best CPU concurrency ({results['cost']['best_cpu_concurrency']}):",
-    "",
-    "| instance | vCPU | GPU | USD/h | req/s | USD per 1,000 | basis |",
-    "| --- | --- | --- | --- | --- | "
-    "--- | --- |"]
+    lines += [
+        "",
+        f"Cost per 1,000 decisions at the best CPU concurrency ({results['cost']['best_cpu_concurrency']}):",
+        "",
+        "| instance | vCPU | GPU | USD/h | req/s | USD per 1,000 | basis |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for c in results["cost"]["rows"]:
-        lines.append(f"| {c['instance_type']} | {c['vcpu']} | {c['gpu'] or '-'} | {c['usd_per_hour']} | "
-                     f"{_fmt(c['requests_per_second'], '.2f')} | "
-                     f"{_fmt(c['usd_per_1000'], '.4f')} | {c['basis']} |")
+        lines.append(
+            f"| {c['instance_type']} | {c['vcpu']} | {c['gpu'] or '-'} | {c['usd_per_hour']} | "
+            f"{_fmt(c['requests_per_second'], '.2f')} | "
+            f"{_fmt(c['usd_per_1000'], '.4f')} | {c['basis']} |"
+        )
     lines += ["", f"Prices: {results['cost']['source']}", "", f"GPU: {results['gpu']}"]
     return "\n".join(lines) + "\n"
 
@@ -246,43 +319,51 @@ def markdown(results: dict) -> str:
 def print_tables(results: dict, console: Console) -> None:
     table = Table(title=f"load: {results['task']}, {results['requests_per_level']} requests per level")
     for col in (
-    "device",
-    "workload",
-    "conc.",
-    "p50 s",
-    "p95 s",
-    "p99 s",
-    "req/s",
-    "vs lowest",
-    "errors",
-    "accuracy",
-    "invalid",
-    "rows/req",
-    "per run",
-     "floor eff."):
+        "device",
+        "workload",
+        "conc.",
+        "p50 s",
+        "p95 s",
+        "p99 s",
+        "req/s",
+        "vs lowest",
+        "errors",
+        "accuracy",
+        "invalid",
+        "rows/req",
+        "per run",
+        "floor eff.",
+    ):
         table.add_column(col, justify="right")
     for r in results["levels"]:
         table.add_row(
-    r["device"], r["kind"], str(
-        r["concurrency"]), _fmt(
-            r["p50_s"]), _fmt(
-                r["p95_s"]), _fmt(
-                    r["p99_s"]), f"{r['throughput_rps']:.2f}", _fmt(
-                        r.get("throughput_ratio"), ".2f") + "x", f"{r['error_rate']:.1%}", _fmt(
-                            r.get("accuracy")), _fmt(
-                                r.get("invalid_answer_rate"), ".1%"), _fmt(
-                                    r.get("rows_per_request"), ".0f"), _fmt(
-                                        r.get("decisions_per_engine_run"), ".1f"), _fmt(
-                                            r.get("floor_efficiency"), ".2f"))
+            r["device"],
+            r["kind"],
+            str(r["concurrency"]),
+            _fmt(r["p50_s"]),
+            _fmt(r["p95_s"]),
+            _fmt(r["p99_s"]),
+            f"{r['throughput_rps']:.2f}",
+            _fmt(r.get("throughput_ratio"), ".2f") + "x",
+            f"{r['error_rate']:.1%}",
+            _fmt(r.get("accuracy")),
+            _fmt(r.get("invalid_answer_rate"), ".1%"),
+            _fmt(r.get("rows_per_request"), ".0f"),
+            _fmt(r.get("decisions_per_engine_run"), ".1f"),
+            _fmt(r.get("floor_efficiency"), ".2f"),
+        )
     console.print(table)
     cost = Table(title="cost per 1,000 decisions")
     for col in ("instance", "USD/h", "req/s", "USD / 1,000", "basis"):
         cost.add_column(col, justify="right")
     for c in results["cost"]["rows"]:
         cost.add_row(
-    c["instance_type"], f"{c['usd_per_hour']}", _fmt(
-        c["requests_per_second"], ".2f"), _fmt(
-            c["usd_per_1000"], ".4f"), c["basis"])
+            c["instance_type"],
+            f"{c['usd_per_hour']}",
+            _fmt(c["requests_per_second"], ".2f"),
+            _fmt(c["usd_per_1000"], ".4f"),
+            c["basis"],
+        )
     console.print(cost)
 
 
@@ -298,10 +379,9 @@ def plot(results: dict, path: Path) -> None:
         groups.setdefault((r["device"], r["kind"]), []).append(r)
     for (device, kind), rows in groups.items():
         rows.sort(key=lambda r: r["concurrency"])
-        ax.plot([r["throughput_rps"] for r in rows],
-    [r["p50_s"] or 0 for r in rows],
-    marker="o",
-     label=f"{device} {kind}")
+        ax.plot(
+            [r["throughput_rps"] for r in rows], [r["p50_s"] or 0 for r in rows], marker="o", label=f"{device} {kind}"
+        )
         for r in rows:
             efficiency = f", floor {r['floor_efficiency']:.2f}" if r.get("floor_efficiency") is not None else ""
             ax.annotate(f"c={r['concurrency']}{efficiency}", (r["throughput_rps"], r["p50_s"] or 0), fontsize=7)

@@ -20,58 +20,99 @@ DEFAULTS = RunConfig(out_dir=Path("calibration-out"))  # every default below is 
 def calibrate_command(
     data: Annotated[Path, typer.Argument(help="Labelled file: CSV, TSV or JSONL")],
     task: Annotated[Path, typer.Option("--task", help="Task file (YAML or JSON): question, options, label mapping")],
-    text_column: Annotated[str, typer.Option(
-        "--text-column", help="Column (name, or index for headerless files) holding the text")] = "text",
+    text_column: Annotated[
+        str, typer.Option("--text-column", help="Column (name, or index for headerless files) holding the text")
+    ] = "text",
     label_column: Annotated[str, typer.Option("--label-column", help="Column holding the gold label")] = "label",
-    backend: Annotated[Optional[str], typer.Option(
-        "--backend", help="local (default), an http(s):// server URL, or sagemaker:ENDPOINT[@REGION]")] = None,
+    backend: Annotated[
+        Optional[str],
+        typer.Option("--backend", help="local (default), an http(s):// server URL, or sagemaker:ENDPOINT[@REGION]"),
+    ] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key", help="Key for an http backend")] = None,
-    calibration_size: Annotated[Optional[int], typer.Option(
-        "--calibration-size", help="Items to fit on (default: a third)")] = DEFAULTS.calibration_size,
-    test_size: Annotated[Optional[int], typer.Option(
-        "--test-size", help="Items to measure on (default: the rest)")] = DEFAULTS.test_size,
+    calibration_size: Annotated[
+        Optional[int], typer.Option("--calibration-size", help="Items to fit on (default: a third)")
+    ] = DEFAULTS.calibration_size,
+    test_size: Annotated[
+        Optional[int], typer.Option("--test-size", help="Items to measure on (default: the rest)")
+    ] = DEFAULTS.test_size,
     seed: Annotated[int, typer.Option("--seed", help="Split seed")] = DEFAULTS.seed,
-    target_precision: Annotated[float, typer.Option(
-        "--target-precision", help="Precision the auto-handled answers must reach")] = DEFAULTS.target_precision,
-    confidence_level: Annotated[float, typer.Option(
-        "--confidence", help="Confidence of that guarantee")] = DEFAULTS.confidence_level,
-    conformal_alpha: Annotated[float, typer.Option(
-        "--conformal-alpha", help="Miscoverage of conformal sets")] = DEFAULTS.conformal_alpha,
-    compare_modes: Annotated[bool, typer.Option(
-        "--compare-modes", help="Also score in the other mode (text vs labels) and keep the better"
-    )] = DEFAULTS.compare_modes,
-    rotations: Annotated[int, typer.Option(
-        "--rotations", help="Also score labels mode with this many option-order rotations (with --compare-modes or a "
-                            "labels task)")] = DEFAULTS.rotations,
-    prior_correction: Annotated[bool, typer.Option(
-        "--prior/--no-prior", help="Also try content-free prior correction")] = DEFAULTS.prior_correction,
-    head: Annotated[bool, typer.Option(
-        "--head/--no-head", help="Also try a head on the hidden state (local backend)")] = DEFAULTS.head,
-    lexical: Annotated[bool, typer.Option("--lexical/--no-lexical", help="Also try heads fused with a lexical expert "
-                                          "(character n-gram TF-IDF of the input)")] = DEFAULTS.lexical,
-    shots: Annotated[int, typer.Option("--shots", min=0, help="Also try showing this many labelled calibration items "
-                                       "before each question (k-shot, local backend; scores every item once more)"
-                                       )] = DEFAULTS.shots,
-    layouts: Annotated[list[str], typer.Option(
-        "--layout", help="Prompt formats to compare (repeat): llamadecide-1 (state first), llamadecide-2 and "
-                         "llamadecide-3 (question first: the question is evaluated once per server, not per request), "
-                         "llamadecide-4 and llamadecide-5 (a head's prompt without the options; hidden states only); "
-                         "local backend")] = list(DEFAULTS.layouts),
-    shots_per_class: Annotated[list[int], typer.Option(
-        "--shots-per-class", min=0, help="Question-first many-shot: this many labelled calibration items per class in "
-                                         "the shared prefix (repeat to try several; 0: zero-shot only); the items "
-                                         "shown are left out of fitting and measuring"
-                                         )] = list(DEFAULTS.shots_per_class),
-    row_budget: Annotated[int,
-    typer.Option("--row-budget",
-    min=0,
-     help="Most evaluated rows the scoring may cost (120,000: about 10 minutes on 2 CPU cores with the default "
-          "model); over it the costliest variants are left out and many-option answers scored on a subsample, all "
-          "said in the report. 0: no limit")] = DEFAULTS.row_budget or 0,
-    out: Annotated[Path, typer.Option(
-        "--out", help="Output directory (cache, plots, report, profile)")] = Path("calibration-out"),
-    profile_name: Annotated[Optional[str], typer.Option(
-        "--profile-name", help="Name of the written profile (default: the task's)")] = None,
+    target_precision: Annotated[
+        float, typer.Option("--target-precision", help="Precision the auto-handled answers must reach")
+    ] = DEFAULTS.target_precision,
+    confidence_level: Annotated[
+        float, typer.Option("--confidence", help="Confidence of that guarantee")
+    ] = DEFAULTS.confidence_level,
+    conformal_alpha: Annotated[
+        float, typer.Option("--conformal-alpha", help="Miscoverage of conformal sets")
+    ] = DEFAULTS.conformal_alpha,
+    compare_modes: Annotated[
+        bool, typer.Option("--compare-modes", help="Also score in the other mode (text vs labels) and keep the better")
+    ] = DEFAULTS.compare_modes,
+    rotations: Annotated[
+        int,
+        typer.Option(
+            "--rotations",
+            help="Also score labels mode with this many option-order rotations (with --compare-modes or a labels task)",
+        ),
+    ] = DEFAULTS.rotations,
+    prior_correction: Annotated[
+        bool, typer.Option("--prior/--no-prior", help="Also try content-free prior correction")
+    ] = DEFAULTS.prior_correction,
+    head: Annotated[
+        bool, typer.Option("--head/--no-head", help="Also try a head on the hidden state (local backend)")
+    ] = DEFAULTS.head,
+    lexical: Annotated[
+        bool,
+        typer.Option(
+            "--lexical/--no-lexical",
+            help="Also try heads fused with a lexical expert (character n-gram TF-IDF of the input)",
+        ),
+    ] = DEFAULTS.lexical,
+    shots: Annotated[
+        int,
+        typer.Option(
+            "--shots",
+            min=0,
+            help="Also try showing this many labelled calibration items "
+            "before each question (k-shot, local backend; scores every item once more)",
+        ),
+    ] = DEFAULTS.shots,
+    layouts: Annotated[
+        list[str],
+        typer.Option(
+            "--layout",
+            help="Prompt formats to compare (repeat): llamadecide-1 (state first), llamadecide-2 and "
+            "llamadecide-3 (question first: the question is evaluated once per server, not per request), "
+            "llamadecide-4 and llamadecide-5 (a head's prompt without the options; hidden states only); "
+            "local backend",
+        ),
+    ] = list(DEFAULTS.layouts),
+    shots_per_class: Annotated[
+        list[int],
+        typer.Option(
+            "--shots-per-class",
+            min=0,
+            help="Question-first many-shot: this many labelled calibration items per class in "
+            "the shared prefix (repeat to try several; 0: zero-shot only); the items "
+            "shown are left out of fitting and measuring",
+        ),
+    ] = list(DEFAULTS.shots_per_class),
+    row_budget: Annotated[
+        int,
+        typer.Option(
+            "--row-budget",
+            min=0,
+            help="Most evaluated rows the scoring may cost (120,000: about 10 minutes on 2 CPU cores with the default "
+            "model); over it the costliest variants are left out and many-option answers scored on a subsample, all "
+            "said in the report. 0: no limit",
+        ),
+    ] = DEFAULTS.row_budget or 0,
+    out: Annotated[Path, typer.Option("--out", help="Output directory (cache, plots, report, profile)")] = Path(
+        "calibration-out"
+    ),
+    profile_name: Annotated[
+        Optional[str], typer.Option("--profile-name", help="Name of the written profile (default: the task's)")
+    ] = None,
     model: ModelOption = None,
     n_ctx: CtxOption = None,
     threads: ThreadsOption = None,
@@ -90,13 +131,26 @@ def calibrate_command(
         items = read_labelled(data, text_column=text_column, label_column=label_column)
         settings = settings_from(model=model, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=n_gpu_layers)
         chosen = backend_from(backend, engine_factory=lambda: Engine(settings.engine_config()), api_key=api_key)
-        config = RunConfig(out_dir=out, calibration_size=calibration_size, test_size=test_size, seed=seed,
-                           target_precision=target_precision, confidence_level=confidence_level,
-                           conformal_alpha=conformal_alpha, compare_modes=compare_modes, profile_name=profile_name,
-                           rotations=rotations, prior_correction=prior_correction, head=head, lexical=lexical,
-                           shots=shots, layouts=tuple(check_layout(layout) for layout in layouts),
-                           shots_per_class=tuple(shots_per_class), row_budget=row_budget or None,
-                           dataset_fingerprint=file_fingerprint(data, text_column, label_column))
+        config = RunConfig(
+            out_dir=out,
+            calibration_size=calibration_size,
+            test_size=test_size,
+            seed=seed,
+            target_precision=target_precision,
+            confidence_level=confidence_level,
+            conformal_alpha=conformal_alpha,
+            compare_modes=compare_modes,
+            profile_name=profile_name,
+            rotations=rotations,
+            prior_correction=prior_correction,
+            head=head,
+            lexical=lexical,
+            shots=shots,
+            layouts=tuple(check_layout(layout) for layout in layouts),
+            shots_per_class=tuple(shots_per_class),
+            row_budget=row_budget or None,
+            dataset_fingerprint=file_fingerprint(data, text_column, label_column),
+        )
         try:
             summary = calibrate(chosen, the_task, items, config)
         finally:
@@ -128,13 +182,25 @@ def compare_command(
     table = Table(title=f"{a} vs {b}")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    for key in ("matched", "agreement", "flip_rate", "mean_kl_a_b", "accuracy_a", "accuracy_b", "accuracy_change",
-                "ece_a", "ece_b", "ece_change"):
+    for key in (
+        "matched",
+        "agreement",
+        "flip_rate",
+        "mean_kl_a_b",
+        "accuracy_a",
+        "accuracy_b",
+        "accuracy_change",
+        "ece_a",
+        "ece_b",
+        "ece_change",
+    ):
         if key in result:
             value = result[key]
             table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console = Console()
     console.print(table)
     for flip in result["flips"][:10]:
-        console.print(f"  {flip['key']}: {flip['a']} ({flip['p_a']:.2f}) -> {flip['b']} ({flip['p_b']:.2f})"
-                      + (f", label {flip['label']}" if flip["label"] is not None else ""))
+        console.print(
+            f"  {flip['key']}: {flip['a']} ({flip['p_a']:.2f}) -> {flip['b']} ({flip['p_b']:.2f})"
+            + (f", label {flip['label']}" if flip["label"] is not None else "")
+        )

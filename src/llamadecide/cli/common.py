@@ -13,9 +13,15 @@ from llamadecide.settings import Settings
 # The help names the default in force (LLAMADECIDE_DEFAULT_MODEL changes it; a bad value is
 # reported when a model is loaded, not here).
 _DEFAULT = os.environ.get("LLAMADECIDE_DEFAULT_MODEL") or DEFAULT_MODEL
-ModelOption = Annotated[Optional[str], typer.Option(
-    "--model", "-m", help=f"GGUF file, directory or bundled model name (default: /opt/ml/model's GGUF, else "
-                          f"{_DEFAULT}; see `llamadecide models`)")]
+ModelOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model",
+        "-m",
+        help=f"GGUF file, directory or bundled model name (default: /opt/ml/model's GGUF, else "
+        f"{_DEFAULT}; see `llamadecide models`)",
+    ),
+]
 CtxOption = Annotated[Optional[int], typer.Option("--n-ctx", help="Context size in tokens")]
 ThreadsOption = Annotated[Optional[int], typer.Option("--threads", "-t", help="CPU threads")]
 GpuLayersOption = Annotated[Optional[int], typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU (-1: all)")]

@@ -19,8 +19,9 @@ from llamadecide.cli.serve import serve_command
 if not sys.stdout.isatty() and not os.environ.get("TERMINAL_WIDTH"):
     typer.rich_utils.MAX_WIDTH = 160
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="A probability for every declared option, on llama.cpp.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="A probability for every declared option, on llama.cpp."
+)
 app.command("decide")(decide_command)
 app.command("serve")(serve_command)
 app.command("calibrate")(calibrate_command)

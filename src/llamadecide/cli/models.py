@@ -29,9 +29,19 @@ def models_command(
     default = model_files.default_model_name()
     rows = []
     for model in model_files.BUNDLED.values():
-        rows.append({"name": model.name, "default": model.name == default, "title": model.title, "kind": model.kind,
-                     "size_bytes": model.size or None, "licence": model.licence, "install": model.install,
-                     "state": model_files.install_state(model.name), "note": model.note})
+        rows.append(
+            {
+                "name": model.name,
+                "default": model.name == default,
+                "title": model.title,
+                "kind": model.kind,
+                "size_bytes": model.size or None,
+                "licence": model.licence,
+                "install": model.install,
+                "state": model_files.install_state(model.name),
+                "note": model.note,
+            }
+        )
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -41,6 +51,7 @@ def models_command(
     for row in rows:
         size = f"{row['size_bytes'] / 2**20:.0f} MiB" if row["size_bytes"] else "-"
         name = row["name"] + (" (default)" if row["default"] else "")
-        table.add_row(*(escape(cell)
-                      for cell in (name, row["kind"], size, row["licence"], row["state"], row["install"])))
+        table.add_row(
+            *(escape(cell) for cell in (name, row["kind"], size, row["licence"], row["state"], row["install"]))
+        )
     wide_console(160).print(table)

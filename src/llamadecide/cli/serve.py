@@ -15,22 +15,31 @@ def serve_command(
     model: ModelOption = None,
     host: Annotated[Optional[str], typer.Option("--host", help="Address to listen on (default 127.0.0.1)")] = None,
     port: Annotated[Optional[int], typer.Option("--port", "-p", help="Port (default 8000)")] = None,
-    api_key: Annotated[Optional[str],
-    typer.Option("--api-key",
-    help="Require Authorization: Bearer KEY on /v1 routes and /invocations (visible in `ps`: prefer --api-key-file or "
-         "LLAMADECIDE_API_KEY)",
-     envvar=None)] = None,
-    api_key_file: Annotated[Optional[Path], typer.Option(
-        "--api-key-file", help="Read the API key from this file (first line)")] = None,
-    queue_size: Annotated[Optional[int], typer.Option(
-        "--queue-size", min=1, help="Requests that may wait for the engine before 503 (default 64)")] = None,
+    api_key: Annotated[
+        Optional[str],
+        typer.Option(
+            "--api-key",
+            help="Require Authorization: Bearer KEY on /v1 routes and /invocations (visible in `ps`: prefer "
+            "--api-key-file or LLAMADECIDE_API_KEY)",
+            envvar=None,
+        ),
+    ] = None,
+    api_key_file: Annotated[
+        Optional[Path], typer.Option("--api-key-file", help="Read the API key from this file (first line)")
+    ] = None,
+    queue_size: Annotated[
+        Optional[int],
+        typer.Option("--queue-size", min=1, help="Requests that may wait for the engine before 503 (default 64)"),
+    ] = None,
     n_ctx: CtxOption = None,
     threads: ThreadsOption = None,
     n_gpu_layers: GpuLayersOption = None,
-    probability_log: Annotated[Optional[str], typer.Option(
-        "--probability-log", help="Append one JSON line per answer to this file")] = None,
-    profiles_dir: Annotated[Optional[str], typer.Option(
-        "--profiles-dir", help="Directory of calibration profiles (JSON) to serve")] = None,
+    probability_log: Annotated[
+        Optional[str], typer.Option("--probability-log", help="Append one JSON line per answer to this file")
+    ] = None,
+    profiles_dir: Annotated[
+        Optional[str], typer.Option("--profiles-dir", help="Directory of calibration profiles (JSON) to serve")
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
 ) -> None:
     """Serve OpenAI-compatible chat, /v1/decisions, /v1/systemone and the SageMaker routes."""
@@ -39,9 +48,18 @@ def serve_command(
             api_key = api_key_file.read_text(encoding="utf-8").splitlines()[0].strip()
         except (OSError, IndexError):
             raise fail(f"cannot read an API key from {api_key_file}") from None
-    settings = settings_from(model=model, host=host, port=port, api_key=api_key, n_ctx=n_ctx, n_threads=threads,
-                             n_gpu_layers=n_gpu_layers, probability_log=probability_log,
-                             profiles_dir=profiles_dir, queue_size=queue_size)
+    settings = settings_from(
+        model=model,
+        host=host,
+        port=port,
+        api_key=api_key,
+        n_ctx=n_ctx,
+        n_threads=threads,
+        n_gpu_layers=n_gpu_layers,
+        probability_log=probability_log,
+        profiles_dir=profiles_dir,
+        queue_size=queue_size,
+    )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from llamadecide.server.runner import run_server
 

@@ -2,6 +2,7 @@
 
 from llamadecide.decisions.answers import Answer, Decision, OptionScore
 from llamadecide.decisions.decider import Decider, DecisionInput
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.questions import Option, Question, choice, predicate, score
 from llamadecide.decisions.rules import Demonstration, Head, Scoring
@@ -16,6 +17,7 @@ __all__ = [
     "Demonstration",
     "Head",
     "Limits",
+    "Measurer",
     "Option",
     "OptionScore",
     "Question",

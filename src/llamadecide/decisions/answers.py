@@ -83,8 +83,9 @@ class OptionTotals:
     bound: float = 0.0
 
 
-def bounded_totals(continuations: Sequence[Sequence[int]], rows: Sequence[np.ndarray],
-                   starts: Sequence[int]) -> tuple[list[float], float]:
+def bounded_totals(
+    continuations: Sequence[Sequence[int]], rows: Sequence[np.ndarray], starts: Sequence[int]
+) -> tuple[list[float], float]:
     """Option log-likelihoods from a best-first evaluation, and the bound on the probabilities
     they give. A complete option has its exact log-likelihood. The options under one unexpanded
     node share what its prefix leaves, split evenly: together at most that probability, F in all;
@@ -109,8 +110,14 @@ def bounded_totals(continuations: Sequence[Sequence[int]], rows: Sequence[np.nda
     return totals, min(bound, 1.0)
 
 
-def build_answer(question: Question, totals: OptionTotals, rule: Scoring, *, prior: np.ndarray | None = None,
-                 state_text: str | None = None) -> Answer:
+def build_answer(
+    question: Question,
+    totals: OptionTotals,
+    rule: Scoring,
+    *,
+    prior: np.ndarray | None = None,
+    state_text: str | None = None,
+) -> Answer:
     scores = totals.logprobs
     if rule.bias is not None and scores is not None and len(rule.bias) != len(scores):
         raise InvalidRequestError("the calibration bias does not match the number of options", param="calibration")
@@ -122,12 +129,17 @@ def build_answer(question: Question, totals: OptionTotals, rule: Scoring, *, pri
         probabilities = rule.head.probabilities(scores, totals.hidden, state_text)
     else:
         assert scores is not None
-        probabilities = maths.normalise(scores, temperature=rule.temperature,
-                                        lengths=totals.lengths if rule.length_normalize else None, bias=rule.bias,
-                                        prior=prior)
+        probabilities = maths.normalise(
+            scores,
+            temperature=rule.temperature,
+            lengths=totals.lengths if rule.length_normalize else None,
+            bias=rule.bias,
+            prior=prior,
+        )
     logprobs = scores if scores is not None else [None] * len(question.options)
-    options = tuple(OptionScore(o.value, text, lp, n, float(p))
-                    for o, text, lp, n, p in zip(question.options, question.answer_texts(), logprobs, totals.lengths,
-                                                 probabilities))
+    options = tuple(
+        OptionScore(o.value, text, lp, n, float(p))
+        for o, text, lp, n, p in zip(question.options, question.answer_texts(), logprobs, totals.lengths, probabilities)
+    )
     mass = maths.label_mass(scores) if scores is not None else None
     return Answer(question, options, mass, maths.confidence(probabilities), rule, rule.layout, totals.bound)

@@ -21,8 +21,13 @@ FEATURES = "char_wb-2-4-tfidf-1"  # the analyzer below; a profile names it, so a
 def vectorizer(vocabulary: Sequence[str] | None = None, *, min_df: int = 2):
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    return TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), sublinear_tf=True, min_df=min_df,
-                           vocabulary=None if vocabulary is None else {term: i for i, term in enumerate(vocabulary)})
+    return TfidfVectorizer(
+        analyzer="char_wb",
+        ngram_range=(2, 4),
+        sublinear_tf=True,
+        min_df=min_df,
+        vocabulary=None if vocabulary is None else {term: i for i, term in enumerate(vocabulary)},
+    )
 
 
 @dataclass(frozen=True)

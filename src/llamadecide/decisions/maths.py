@@ -90,8 +90,9 @@ HIDDEN_ONLY = "hidden-1"
 HEAD_FEATURES = (LOGLIK_HIDDEN, HIDDEN_ONLY)
 
 
-def head_features(logprobs: Sequence[float] | np.ndarray | None, hidden: Sequence[float] | np.ndarray,
-                  features: str = LOGLIK_HIDDEN) -> np.ndarray:
+def head_features(
+    logprobs: Sequence[float] | np.ndarray | None, hidden: Sequence[float] | np.ndarray, features: str = LOGLIK_HIDDEN
+) -> np.ndarray:
     """What a fitted head reads. `loglik+hidden-1`: the options' normalised log-likelihoods, then the
     model's final hidden state at the answer position. `hidden-1`: the hidden state alone (the
     answers are then never scored: the prompt is all a decision evaluates). Rows in, rows out."""

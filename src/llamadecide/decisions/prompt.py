@@ -67,8 +67,9 @@ def render_state(state: Any) -> str:
 
 def check_layout(layout: str) -> str:
     if layout not in PROMPT_FORMATS:
-        raise InvalidRequestError(f"unknown prompt format {layout!r}; known: {', '.join(PROMPT_FORMATS)}",
-                                  param="prompt_format")
+        raise InvalidRequestError(
+            f"unknown prompt format {layout!r}; known: {', '.join(PROMPT_FORMATS)}", param="prompt_format"
+        )
     return layout
 
 
@@ -101,19 +102,31 @@ def answer_prompt(question: Question) -> str:
     return "Answer:" if question.mode == "text" else "Answer with the label only:"
 
 
-def build_messages(state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]] = (),
-                   layout: str = PROMPT_FORMAT_VERSION) -> list[dict[str, str]]:
+def build_messages(
+    state_text: str,
+    question: Question,
+    demonstrations: Sequence[tuple[str, str]] = (),
+    layout: str = PROMPT_FORMAT_VERSION,
+) -> list[dict[str, str]]:
     """The chat for one question about one state; `demonstrations` are (input text, answer text)
     exchanges shown before it. Every message but the last is the same for every state."""
     if check_layout(layout) == INPUT_ONLY:
         if demonstrations:
-            raise InvalidRequestError(f"{INPUT_ONLY!r} shows the input alone: it takes no demonstrations",
-                                      param="prompt_format")
-        return [{"role": "system", "content": INPUT_ONLY_SYSTEM_PROMPT},
-            {"role": "user", "content": f"Input:\n{state_text}"}]
+            raise InvalidRequestError(
+                f"{INPUT_ONLY!r} shows the input alone: it takes no demonstrations", param="prompt_format"
+            )
+        return [
+            {"role": "system", "content": INPUT_ONLY_SYSTEM_PROMPT},
+            {"role": "user", "content": f"Input:\n{state_text}"},
+        ]
     if layout in QUESTION_FIRST_FORMATS:
-        return _question_first(state_text, question, demonstrations, recap_answers=layout == QUESTION_FIRST,
-                               options=layout != INSTRUCTIONS_ONLY)
+        return _question_first(
+            state_text,
+            question,
+            demonstrations,
+            recap_answers=layout == QUESTION_FIRST,
+            options=layout != INSTRUCTIONS_ONLY,
+        )
     block = question_block(question)
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     for text, answer in demonstrations:
@@ -123,12 +136,22 @@ def build_messages(state_text: str, question: Question, demonstrations: Sequence
     return messages
 
 
-def _question_first(state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]], *,
-                    recap_answers: bool, options: bool = True) -> list[dict[str, str]]:
-    messages = [{"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": question_block(question, closing=False, options=options) + "\n\n"
-                 + SESSION_OPENING},
-                {"role": "assistant", "content": SESSION_ACKNOWLEDGEMENT}]
+def _question_first(
+    state_text: str,
+    question: Question,
+    demonstrations: Sequence[tuple[str, str]],
+    *,
+    recap_answers: bool,
+    options: bool = True,
+) -> list[dict[str, str]]:
+    messages = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {
+            "role": "user",
+            "content": question_block(question, closing=False, options=options) + "\n\n" + SESSION_OPENING,
+        },
+        {"role": "assistant", "content": SESSION_ACKNOWLEDGEMENT},
+    ]
     # Demonstrations take the short turn in both formats: recapping every answer's name in each of
     # them would make a many-shot prefix grow with options x demonstrations (77 x 77 names is over
     # 30,000 tokens). Both formats then share one pinned prefix.

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
+
+from llamadecide.engine.config import Job, TrieScores
 
 
 class ScoringEngine(Protocol):
@@ -26,8 +28,14 @@ class ScoringEngine(Protocol):
     def tokenize_answers(self, prompt_text: str, answers: Sequence[str]) -> tuple[list[int], list[list[int]]]: ...
     def pin_prefix(self, tokens: Sequence[int]) -> bool: ...
     def clear_cache(self) -> None: ...
-    def score_trie(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *, hidden: bool = False,
-                   epsilon: float = 0.0) -> Any: ...
+    def score_trie(
+        self,
+        prefix: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        *,
+        hidden: bool = False,
+        epsilon: float = 0.0,
+    ) -> TrieScores: ...
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray: ...
     def hidden_state(self, prompt: Sequence[int]) -> np.ndarray: ...
-    def score_many(self, jobs: Sequence[Any]) -> list[Any]: ...
+    def score_many(self, jobs: Sequence[Job]) -> list[TrieScores]: ...

@@ -66,7 +66,9 @@ class Question:
                 if other_text != option.text:
                     raise InvalidRequestError(
                         f"options {other!r} and {option.value!r} differ only in surrounding whitespace, which the "
-                        "model cannot tell apart; rename one", param=f"{param}.options")
+                        "model cannot tell apart; rename one",
+                        param=f"{param}.options",
+                    )
                 if self.mode == "text":
                     raise InvalidRequestError(
                         f"options {other!r} and {option.value!r} are both shown to the model as "
@@ -113,14 +115,13 @@ def choice(
     (True and "true", 1 and "1"), every value is shown as JSON instead (true, "true"), so the
     model can tell them apart and no valid choice list is refused."""
     pairs = [
-    (item.value,
-    item.description) if isinstance(
-        item,
-        Option) else item if isinstance(
-            item,
-            tuple) else (
-                item,
-                 None) for item in options]
+        (item.value, item.description)
+        if isinstance(item, Option)
+        else item
+        if isinstance(item, tuple)
+        else (item, None)
+        for item in options
+    ]
     plain = [_value_text(value) for value, _ in pairs]
     typed_clash = len(set(plain)) < len(plain) and len({(type(v), v) for v, _ in pairs}) == len(pairs)
     render = (lambda v: json.dumps(v, ensure_ascii=False)) if typed_clash else _value_text

@@ -19,8 +19,9 @@ def rotation_shifts(question: Question, rotations: int) -> list[int]:
     if rotations == 1:
         return [0]
     if question.type == "score":
-        raise InvalidRequestError("a score's levels are ordered; rotating them would change their meaning",
-                                  param="rotations")
+        raise InvalidRequestError(
+            "a score's levels are ordered; rotating them would change their meaning", param="rotations"
+        )
     if rotations > k:
         raise InvalidRequestError(f"at most {k} rotations for {k} options, got {rotations}", param="rotations")
     return sorted({(r * k) // rotations for r in range(rotations)})
@@ -40,9 +41,10 @@ def shown(question: Question, demonstrations: Sequence[Demonstration], shift: in
     found = []
     for demonstration in demonstrations:
         if not 0 <= demonstration.option < k:
-            raise InvalidRequestError(f"a demonstration answers option {demonstration.option}; the question has {k} "
-                                      f"options",
-                                      param="demonstrations")
+            raise InvalidRequestError(
+                f"a demonstration answers option {demonstration.option}; the question has {k} options",
+                param="demonstrations",
+            )
         if not demonstration.input.strip():
             raise InvalidRequestError("a demonstration's input is empty", param="demonstrations")
         found.append((demonstration.input, answers[(demonstration.option - shift) % k]))

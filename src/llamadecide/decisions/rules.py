@@ -33,13 +33,16 @@ class Head:
         """False for a head on the hidden state alone: its questions' answers are never scored."""
         return self.features != maths.HIDDEN_ONLY
 
-    def probabilities(self, logprobs: Sequence[float] | None,
-                      hidden: np.ndarray, text: str | None = None) -> np.ndarray:
+    def probabilities(
+        self, logprobs: Sequence[float] | None, hidden: np.ndarray, text: str | None = None
+    ) -> np.ndarray:
         features = maths.head_features(None if logprobs is None else np.asarray(logprobs), hidden, self.features)
         if features.shape[-1] != self.weights.shape[1]:
             raise InvalidRequestError(
                 f"the calibration head reads {self.weights.shape[1]} features, this model gives {features.shape[-1]}; "
-                "it was fitted for another model", param="calibration")
+                "it was fitted for another model",
+                param="calibration",
+            )
         P = maths.head_probabilities(features, self.weights, self.intercept)
         if self.lexical is None:
             return P
@@ -93,9 +96,12 @@ class Scoring:
 
     def check(self) -> None:
         if check_layout(self.layout) != PROMPT_FORMAT_VERSION and self.rotations > 1:
-            raise InvalidRequestError(f"rotations need the state-first prompt format {PROMPT_FORMAT_VERSION!r}: "
-                                      f"in {self.layout!r} the options are shown once in a shared prefix, or not at "
-                                      "all", param="rotations")
+            raise InvalidRequestError(
+                f"rotations need the state-first prompt format {PROMPT_FORMAT_VERSION!r}: "
+                f"in {self.layout!r} the options are shown once in a shared prefix, or not at "
+                "all",
+                param="rotations",
+            )
 
 
 class Evaluation(Enum):
@@ -112,8 +118,14 @@ def evaluation(rule: Scoring, epsilon: float) -> Evaluation:
     one; rotations average them."""
     if rule.head is not None and not rule.head.reads_logprobs:
         return Evaluation.HIDDEN_ONLY
-    plain = (rule.head is None and not rule.prior_correction and rule.bias is None and rule.temperature == 1.0
-             and not rule.length_normalize and rule.rotations == 1)
+    plain = (
+        rule.head is None
+        and not rule.prior_correction
+        and rule.bias is None
+        and rule.temperature == 1.0
+        and not rule.length_normalize
+        and rule.rotations == 1
+    )
     return Evaluation.BOUNDED if plain and epsilon > 0 else Evaluation.EXACT
 
 

@@ -43,8 +43,9 @@ def split_point(items: Sequence[TokenizedQuestion]) -> int:
     """Where the prompt the sequences share ends and their continuations begin: the longest common
     prefix, never inside an answer, leaving every continuation at least one token."""
     sequences = [s for item in items for s in item.sequences]
-    return min(common_prefix(sequences), min(b for item in items for b in item.boundaries),
-               min(len(s) for s in sequences) - 1)
+    return min(
+        common_prefix(sequences), min(b for item in items for b in item.boundaries), min(len(s) for s in sequences) - 1
+    )
 
 
 def canonical_key(question: Question, rule: Scoring) -> str:
@@ -52,8 +53,9 @@ def canonical_key(question: Question, rule: Scoring) -> str:
     pinned prefix (names and request order play no part)."""
     options = [[type(o.value).__name__, str(o.value), o.text, o.description or ""] for o in question.options]
     demonstrations = [[d.input, d.option] for d in rule.demonstrations]
-    return json.dumps([question.type, question.mode, question.instructions, options, rule.rotations, demonstrations,
-                       rule.layout])
+    return json.dumps(
+        [question.type, question.mode, question.instructions, options, rule.rotations, demonstrations, rule.layout]
+    )
 
 
 def describe(question: Question) -> str:
@@ -72,8 +74,13 @@ class QuestionTokenizer:
         self._prefixes: OrderedDict[str, list[int]] = OrderedDict()
         self._cache_size = cache_size
 
-    def tokenize(self, state_text: str, question: Question, demonstrations: Sequence[tuple[str, str]] = (),
-                 layout: str = PROMPT_FORMAT_VERSION) -> TokenizedQuestion:
+    def tokenize(
+        self,
+        state_text: str,
+        question: Question,
+        demonstrations: Sequence[tuple[str, str]] = (),
+        layout: str = PROMPT_FORMAT_VERSION,
+    ) -> TokenizedQuestion:
         prompt_text = self.engine.render_chat(build_messages(state_text, question, demonstrations, layout))
         # In-context tokenization: prompt + answer tokenized together and split where they diverge
         # from the prompt alone, so the answer's tokens are the ones the model emits.
@@ -86,7 +93,7 @@ class QuestionTokenizer:
             boundaries.append(common_prefix([prompt_tokens, full]))
         seen: dict[tuple[int, ...], int] = {}
         for index, sequence in enumerate(sequences):
-            key = tuple(sequence[boundaries[index]:])
+            key = tuple(sequence[boundaries[index] :])
             if key in seen:
                 other = question.options[seen[key]].value
                 raise InvalidRequestError(
@@ -96,11 +103,17 @@ class QuestionTokenizer:
             seen[key] = index
         return TokenizedQuestion(question, sequences, boundaries, prompt_tokens)
 
-    def variants(self, state_text: str, question: Question, rule: Scoring) -> list[tuple[int, TokenizedQuestion]]:
+    def rotations(self, state_text: str, question: Question, rule: Scoring) -> list[tuple[int, TokenizedQuestion]]:
         """The question under every rotation its rule asks for, shift 0 first."""
-        return [(shift, self.tokenize(state_text, rotate(question, shift), shown(question, rule.demonstrations, shift),
-                                      rule.layout))
-                for shift in rotation_shifts(question, rule.rotations)]
+        return [
+            (
+                shift,
+                self.tokenize(
+                    state_text, rotate(question, shift), shown(question, rule.demonstrations, shift), rule.layout
+                ),
+            )
+            for shift in rotation_shifts(question, rule.rotations)
+        ]
 
     def pinned_prefix(self, question: Question, rule: Scoring, prompt_tokens: Sequence[int]) -> list[int]:
         """The leading tokens of this question's prompts that are the same for every state (empty for a
@@ -117,4 +130,4 @@ class QuestionTokenizer:
                 self._prefixes.popitem(last=False)
         else:
             self._prefixes.move_to_end(key)
-        return list(prompt_tokens[:common_prefix([prefix, prompt_tokens])])
+        return list(prompt_tokens[: common_prefix([prefix, prompt_tokens])])

@@ -51,10 +51,11 @@ class Limits:
     def check_work(self, work: Work) -> None:
         if self.max_rows is not None and work.rows > self.max_rows:
             raise InvalidRequestError(
-    f"this request needs about {work.rows} evaluated tokens (prompts and answer tries over its questions "
-    f"and "
-    f"rotations); the limit is {self.max_rows} (max_request_rows): split it or shorten it",
-     param="questions")
+                f"this request needs about {work.rows} evaluated tokens (prompts and answer tries over its questions "
+                f"and "
+                f"rotations); the limit is {self.max_rows} (max_request_rows): split it or shorten it",
+                param="questions",
+            )
 
     def check_time(self) -> None:
         if self.stop is not None and self.stop():

@@ -81,8 +81,11 @@ class BatchScorer:
         once a call is full, more inputs beside it only lengthen what every row scans (llama.cpp's
         attention visits every cell of the call, other sequences' included)."""
         members = sum(p.job.members for p in group)
-        return (members <= self.kv.max_working and self._cells(group) + MIN_CALL_ROWS <= self.kv.n_ctx
-                and sum(p.cells for p in group) <= self.kv.call_rows)
+        return (
+            members <= self.kv.max_working
+            and self._cells(group) + MIN_CALL_ROWS <= self.kv.n_ctx
+            and sum(p.cells for p in group) <= self.kv.call_rows
+        )
 
     def _alone(self, job: Job) -> TrieScores:
         if job.continuations:
@@ -120,14 +123,14 @@ class BatchScorer:
         with kv.working(sum(p.job.members for p in group), from_prompt=False) as ids:
             start = 0
             for p in group:
-                p.ids, start = ids[start:start + p.job.members], start + p.job.members
+                p.ids, start = ids[start : start + p.job.members], start + p.job.members
                 if p.reuse:
                     kv.share(p.source, p.reuse, p.ids)
             # Every input's prompt tail first, then every last prompt token and answer trie, so that a
             # call reading hidden states (it computes every row's output) holds few rows needing none.
             tails = Rows()
             for p in group:
-                tails.extend(p.job.prefix[p.reuse:-1], p.reuse, p.ids)
+                tails.extend(p.job.prefix[p.reuse : -1], p.reuse, p.ids)
             wants_hidden = any(p.job.hidden or not p.job.continuations for p in group)
             split = wants_hidden and not self.scorer.outputs_cost_less(len(tails))
             rows = Rows() if split else tails
@@ -143,8 +146,9 @@ class BatchScorer:
                 placed = {}
                 for i, node in enumerate(trie):
                     if node.children:
-                        placed[i] = rows.add(node.token, base + node.depth, [p.ids[m]
-                                             for m in node.members], output=True)
+                        placed[i] = rows.add(
+                            node.token, base + node.depth, [p.ids[m] for m in node.members], output=True
+                        )
                         reads[placed[i]] = node.children
                 if p.job.hidden:
                     hidden_rows[p.index] = placed[0]

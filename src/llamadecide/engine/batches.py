@@ -154,8 +154,16 @@ class Decoder:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
 
-    def decode(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]],
-               outputs: Sequence[bool], *, padding: int = 0, hidden: bool = False) -> None:
+    def decode(
+        self,
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        seq_ids: Sequence[Sequence[int]],
+        outputs: Sequence[bool],
+        *,
+        padding: int = 0,
+        hidden: bool = False,
+    ) -> None:
         """One llama_decode call (at most n_batch rows). The last `padding` rows are scratch rows,
         counted apart. With `hidden`, every row's hidden state is computed too (llama.cpp then
         computes every row's output). Raises RuntimeError when llama.cpp refuses the batch; the

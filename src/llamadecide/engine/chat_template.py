@@ -52,9 +52,7 @@ class ChatTemplate:
     eos_token: str
 
     def __post_init__(self) -> None:
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined
-        )
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         try:
@@ -63,9 +61,7 @@ class ChatTemplate:
             raise ModelLoadError(f"the model's chat template does not compile: {exc}") from exc
         object.__setattr__(self, "_compiled", compiled)
 
-    def render(
-        self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True
-    ) -> str:
+    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
         try:
             return self._compiled.render(  # type: ignore[attr-defined]
                 messages=list(messages),

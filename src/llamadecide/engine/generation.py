@@ -118,9 +118,16 @@ class TextAssembler:
         return best
 
 
-def generate_tokens(kv: KVCache, decoder_ctx: internals.LlamaContext, model: internals.LlamaModel, prompt: list[int],
-                    params: SamplingParams, *, default_seed: int, is_end: Callable[[int], bool]
-                    ) -> Iterator[TokenEvent | GenerationResult]:
+def generate_tokens(
+    kv: KVCache,
+    decoder_ctx: internals.LlamaContext,
+    model: internals.LlamaModel,
+    prompt: list[int],
+    params: SamplingParams,
+    *,
+    default_seed: int,
+    is_end: Callable[[int], bool],
+) -> Iterator[TokenEvent | GenerationResult]:
     """Stream tokens for a prompt; the last item is a GenerationResult. The prompt but its last
     token is evaluated in the engine's deterministic call shapes (reusable by later scoring), the
     rest one token per call."""

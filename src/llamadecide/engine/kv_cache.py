@@ -40,8 +40,18 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class KVCache:
-    def __init__(self, ctx, decoder: Decoder, *, n_ctx: int, n_seq_max: int, pin_slots: int, pin_cell_cap: int,
-                 deterministic: bool, call_rows: int) -> None:
+    def __init__(
+        self,
+        ctx,
+        decoder: Decoder,
+        *,
+        n_ctx: int,
+        n_seq_max: int,
+        pin_slots: int,
+        pin_cell_cap: int,
+        deterministic: bool,
+        call_rows: int,
+    ) -> None:
         self._memory = llama_cpp.llama_get_memory(ctx)
         self.decoder = decoder
         self.n_ctx = n_ctx
@@ -86,14 +96,16 @@ class KVCache:
 
     # -- evaluation -------------------------------------------------------------------------------
 
-    def run(self, rows: Rows, reads: dict[int, Sequence[int]] | None = None, hidden_row: int | None = None
-            ) -> tuple[dict[int, dict[int, float]], np.ndarray | None]:
+    def run(
+        self, rows: Rows, reads: dict[int, Sequence[int]] | None = None, hidden_row: int | None = None
+    ) -> tuple[dict[int, dict[int, float]], np.ndarray | None]:
         """`evaluate` with at most one hidden state to read."""
         found, states = self.evaluate(rows, reads, () if hidden_row is None else (hidden_row,))
         return found, states.get(hidden_row) if hidden_row is not None else None
 
-    def evaluate(self, rows: Rows, reads: dict[int, Sequence[int]] | None = None, hidden_rows: Sequence[int] = ()
-                 ) -> tuple[dict[int, dict[int, float]], dict[int, np.ndarray]]:
+    def evaluate(
+        self, rows: Rows, reads: dict[int, Sequence[int]] | None = None, hidden_rows: Sequence[int] = ()
+    ) -> tuple[dict[int, dict[int, float]], dict[int, np.ndarray]]:
         """Evaluate rows in the call shapes of `batches.plan_calls`. reads: row index -> the tokens
         whose log-probability to read from that row's output. hidden_rows: rows whose hidden state
         to read (their calls compute every row's output). The caller has made room."""
@@ -104,8 +116,8 @@ class KVCache:
         for call in plan_calls(rows.outputs, deterministic=self.deterministic, limit=self.call_rows):
             span = range(call.start, call.end)
             outputs = [rows.outputs[i] or i in call.extra_outputs for i in span]
-            tokens, positions = rows.tokens[call.start:call.end], rows.positions[call.start:call.end]
-            seq_ids = rows.seq_ids[call.start:call.end]
+            tokens, positions = rows.tokens[call.start : call.end], rows.positions[call.start : call.end]
+            seq_ids = rows.seq_ids[call.start : call.end]
             if call.padding:
                 tokens = tokens + [tokens[0]] * call.padding
                 positions = positions + list(range(call.padding))
@@ -292,7 +304,7 @@ class KVCache:
         its cells, and a hole below them would be filled out of position order); those pins are
         evaluated again at once, in their order, keeping their place in the least-recently-used order."""
         order = [k for k in self._pins if k != key]
-        above = self._stack[self._stack.index(key) + 1:]
+        above = self._stack[self._stack.index(key) + 1 :]
         self.trim(0)
         for k in [key, *above]:
             llama_cpp.llama_memory_seq_rm(self._memory, self._pins.pop(k), -1, -1)

@@ -95,10 +95,16 @@ class Engine:
         self.n_threads = n_threads
         self.n_gpu_layers = config.n_gpu_layers
         self._decoder = Decoder(self._ctx.ctx, self._model.model, self.n_batch, self.n_seq_max)
-        self._kv = KVCache(self._ctx.ctx, self._decoder, n_ctx=self.n_ctx, n_seq_max=self.n_seq_max,
-                           pin_slots=config.pinned_prefixes, pin_cell_cap=config.pinned_cells,
-                           deterministic=config.deterministic,
-                           call_rows=max_call_rows(ctx_params.n_ubatch) if config.deterministic else self.n_batch)
+        self._kv = KVCache(
+            self._ctx.ctx,
+            self._decoder,
+            n_ctx=self.n_ctx,
+            n_seq_max=self.n_seq_max,
+            pin_slots=config.pinned_prefixes,
+            pin_cell_cap=config.pinned_cells,
+            deterministic=config.deterministic,
+            call_rows=max_call_rows(ctx_params.n_ubatch) if config.deterministic else self.n_batch,
+        )
         n_params = llama_cpp.llama_model_n_params(self._model.model)
         output_share = self.n_vocab * llama_cpp.llama_model_n_embd(self._model.model) / max(n_params, 1)
         self._scorer = Scorer(self._kv, call_cost_rows=config.call_cost_rows, output_share=output_share)
@@ -212,8 +218,14 @@ class Engine:
         continuation's own earlier tokens, all exact (`score_trie` without a bound)."""
         return self.score_trie(prefix, continuations).rows
 
-    def score_trie(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *, hidden: bool = False,
-                   epsilon: float = 0.0) -> TrieScores:
+    def score_trie(
+        self,
+        prefix: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        *,
+        hidden: bool = False,
+        epsilon: float = 0.0,
+    ) -> TrieScores:
         """Score every continuation of `prefix` as a token trie: the part of the prefix the cache
         lacks and the trie go in the same calls. With `hidden`, the hidden state at the prefix's last
         token comes from the same calls (what a fitted head reads). With `epsilon` > 0 and a trie of
@@ -259,5 +271,12 @@ class Engine:
 
     def _generate(self, prompt: list[int], params: SamplingParams) -> Iterator[TokenEvent | GenerationResult]:
         with self._lock:
-            yield from generate_tokens(self._kv, self._ctx, self._model, prompt, params,
-                                       default_seed=self.config.seed, is_end=self.is_end_of_generation)
+            yield from generate_tokens(
+                self._kv,
+                self._ctx,
+                self._model,
+                prompt,
+                params,
+                default_seed=self.config.seed,
+                is_end=self.is_end_of_generation,
+            )

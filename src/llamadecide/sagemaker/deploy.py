@@ -53,8 +53,13 @@ def package_model(gguf: Path, out: Path, *, profiles_dir: Path | None = None) ->
     return out
 
 
-def container_environment(*, n_ctx: int | None = None, n_gpu_layers: int | None = None, threads: int | None = None,
-                          extra: dict[str, str] | None = None) -> dict[str, str]:
+def container_environment(
+    *,
+    n_ctx: int | None = None,
+    n_gpu_layers: int | None = None,
+    threads: int | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
     """The container's settings in the AWS llama.cpp container's SM_LLAMA_CPP_* convention."""
     env: dict[str, str] = {}
     if n_ctx is not None:
@@ -68,8 +73,14 @@ def container_environment(*, n_ctx: int | None = None, n_gpu_layers: int | None 
 
 
 class Deployer:
-    def __init__(self, session: Any = None, *, region: str | None = None, poll_seconds: float = 15.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        session: Any = None,
+        *,
+        region: str | None = None,
+        poll_seconds: float = 15.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         boto3 = import_boto3()
         from botocore.exceptions import NoRegionError
 
@@ -107,7 +118,8 @@ class Deployer:
             raise DeployError("an execution role ARN is required (--role arn:aws:iam::ACCOUNT:role/NAME)")
         if not spec.image_uri:
             raise DeployError(
-                "a container image URI is required (--image ACCOUNT.dkr.ecr.REGION.amazonaws.com/llamadecide:TAG)")
+                "a container image URI is required (--image ACCOUNT.dkr.ecr.REGION.amazonaws.com/llamadecide:TAG)"
+            )
         if not spec.model_data_url.startswith("s3://"):
             raise DeployError("the model data must be an s3:// URL of model.tar.gz")
         if spec.instance_count < 1:
@@ -119,26 +131,39 @@ class Deployer:
         self._call("upload to S3", self.s3.upload_file, Filename=str(archive), Bucket=bucket, Key=key)
         return f"s3://{bucket}/{key}"
 
-    def create(self, spec: EndpointSpec, *, wait: bool = True,
-               timeout_s: float = 1800, smoke_test: bool = True) -> dict:
+    def create(
+        self, spec: EndpointSpec, *, wait: bool = True, timeout_s: float = 1800, smoke_test: bool = True
+    ) -> dict:
         self._check(spec)
         model_name, config_name = f"{spec.name}-model", f"{spec.name}-config"
-        self._call("create model", self.sagemaker.create_model, ModelName=model_name, ExecutionRoleArn=spec.role_arn,
-                   PrimaryContainer={"Image": spec.image_uri, "ModelDataUrl": spec.model_data_url,
-                                     "Environment": dict(spec.environment)})
-        self._call("create endpoint configuration",
-    self.sagemaker.create_endpoint_config,
-    EndpointConfigName=config_name,
-    ProductionVariants=[{"VariantName": spec.variant,
-    "ModelName": model_name,
-    "InstanceType": spec.instance_type,
-    "InitialInstanceCount": spec.instance_count,
-     "ContainerStartupHealthCheckTimeoutInSeconds": spec.startup_timeout_s}])
         self._call(
-    "create endpoint",
-    self.sagemaker.create_endpoint,
-    EndpointName=spec.name,
-     EndpointConfigName=config_name)
+            "create model",
+            self.sagemaker.create_model,
+            ModelName=model_name,
+            ExecutionRoleArn=spec.role_arn,
+            PrimaryContainer={
+                "Image": spec.image_uri,
+                "ModelDataUrl": spec.model_data_url,
+                "Environment": dict(spec.environment),
+            },
+        )
+        self._call(
+            "create endpoint configuration",
+            self.sagemaker.create_endpoint_config,
+            EndpointConfigName=config_name,
+            ProductionVariants=[
+                {
+                    "VariantName": spec.variant,
+                    "ModelName": model_name,
+                    "InstanceType": spec.instance_type,
+                    "InitialInstanceCount": spec.instance_count,
+                    "ContainerStartupHealthCheckTimeoutInSeconds": spec.startup_timeout_s,
+                }
+            ],
+        )
+        self._call(
+            "create endpoint", self.sagemaker.create_endpoint, EndpointName=spec.name, EndpointConfigName=config_name
+        )
         result = {"endpoint": spec.name, "model": model_name, "endpoint_config": config_name, "status": "Creating"}
         if wait:
             result["status"] = self.wait(spec.name, timeout_s=timeout_s)
@@ -160,18 +185,42 @@ class Deployer:
             self.sleep(self.poll_seconds)
 
     def smoke_test(self, endpoint: str) -> dict:
-        body = {"model": "default", "input": "I was charged twice for my subscription.", "questions": [
-            {"type": "choice", "instructions": "Which team?", "choices": [{"value": "billing"}, {"value": "support"}]}]}
-        response = self._call("invoke endpoint", self.runtime.invoke_endpoint, EndpointName=endpoint,
-                              ContentType="application/json", Accept="application/json",
-                              CustomAttributes="route=/v1/decisions", Body=json.dumps(body).encode())
+        body = {
+            "model": "default",
+            "input": "I was charged twice for my subscription.",
+            "questions": [
+                {
+                    "type": "choice",
+                    "instructions": "Which team?",
+                    "choices": [{"value": "billing"}, {"value": "support"}],
+                }
+            ],
+        }
+        response = self._call(
+            "invoke endpoint",
+            self.runtime.invoke_endpoint,
+            EndpointName=endpoint,
+            ContentType="application/json",
+            Accept="application/json",
+            CustomAttributes="route=/v1/decisions",
+            Body=json.dumps(body).encode(),
+        )
         answer = json.loads(response["Body"].read())["answers"][0]
         if abs(sum(p["probability"] for p in answer["probabilities"]) - 1) > 1e-6:
             raise DeployError(f"smoke test: probabilities do not sum to 1: {answer}")
         return answer
 
-    def autoscale(self, endpoint: str, *, min_instances: int, max_instances: int, invocations_per_instance: float,
-                  variant: str = "AllTraffic", scale_in_cooldown: int = 300, scale_out_cooldown: int = 60) -> dict:
+    def autoscale(
+        self,
+        endpoint: str,
+        *,
+        min_instances: int,
+        max_instances: int,
+        invocations_per_instance: float,
+        variant: str = "AllTraffic",
+        scale_in_cooldown: int = 300,
+        scale_out_cooldown: int = 60,
+    ) -> dict:
         if not 1 <= min_instances <= max_instances:
             raise DeployError("need 1 <= min instances <= max instances")
         if invocations_per_instance <= 0:
@@ -179,40 +228,43 @@ class Deployer:
         resource = f"endpoint/{endpoint}/variant/{variant}"
         dimension = "sagemaker:variant:DesiredInstanceCount"
         self._call(
-    "register scalable target",
-    self.autoscaling.register_scalable_target,
-    ServiceNamespace="sagemaker",
-    ResourceId=resource,
-    ScalableDimension=dimension,
-    MinCapacity=min_instances,
-     MaxCapacity=max_instances)
+            "register scalable target",
+            self.autoscaling.register_scalable_target,
+            ServiceNamespace="sagemaker",
+            ResourceId=resource,
+            ScalableDimension=dimension,
+            MinCapacity=min_instances,
+            MaxCapacity=max_instances,
+        )
         policy = self._call(
-    "put scaling policy",
-    self.autoscaling.put_scaling_policy,
-    PolicyName=f"{endpoint}-invocations",
-    ServiceNamespace="sagemaker",
-    ResourceId=resource,
-    ScalableDimension=dimension,
-    PolicyType="TargetTrackingScaling",
-    TargetTrackingScalingPolicyConfiguration={
-        "TargetValue": float(invocations_per_instance),
-        "PredefinedMetricSpecification": {
-            "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
-            "ScaleInCooldown": scale_in_cooldown,
-             "ScaleOutCooldown": scale_out_cooldown})
+            "put scaling policy",
+            self.autoscaling.put_scaling_policy,
+            PolicyName=f"{endpoint}-invocations",
+            ServiceNamespace="sagemaker",
+            ResourceId=resource,
+            ScalableDimension=dimension,
+            PolicyType="TargetTrackingScaling",
+            TargetTrackingScalingPolicyConfiguration={
+                "TargetValue": float(invocations_per_instance),
+                "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+                "ScaleInCooldown": scale_in_cooldown,
+                "ScaleOutCooldown": scale_out_cooldown,
+            },
+        )
         return {"resource": resource, "policy_arn": policy.get("PolicyARN")}
 
     def batch(
-    self,
-    *,
-    job_name: str,
-    model_name: str,
-    input_s3: str,
-    output_s3: str,
-    instance_type: str = "ml.c5.xlarge",
-    instance_count: int = 1,
-    max_payload_mb: int = 1,
-     timeout_s: int = 3600) -> dict:
+        self,
+        *,
+        job_name: str,
+        model_name: str,
+        input_s3: str,
+        output_s3: str,
+        instance_type: str = "ml.c5.xlarge",
+        instance_count: int = 1,
+        max_payload_mb: int = 1,
+        timeout_s: int = 3600,
+    ) -> dict:
         """Offline bulk decisions: JSON Lines files in S3, one decision body per line. SageMaker sends
         /invocations as many whole lines as fit `max_payload_mb` at once (MultiRecord; 1 MB, the
         least it takes, is well under the server's 6 MB body limit), the server decides them in
@@ -222,29 +274,21 @@ class Deployer:
         if not (input_s3.startswith("s3://") and output_s3.startswith("s3://")):
             raise DeployError("batch input and output must be s3:// URLs")
         self._call(
-    "create transform job",
-    self.sagemaker.create_transform_job,
-    TransformJobName=job_name,
-    ModelName=model_name,
-    BatchStrategy="MultiRecord",
-    MaxPayloadInMB=max_payload_mb,
-    ModelClientConfig={
-        "InvocationsTimeoutInSeconds": timeout_s,
-        "InvocationsMaxRetries": 1},
-        TransformInput={
-            "DataSource": {
-                "S3DataSource": {
-                    "S3DataType": "S3Prefix",
-                    "S3Uri": input_s3}},
-                    "ContentType": "application/jsonlines",
-                    "SplitType": "Line"},
-                    TransformOutput={
-                        "S3OutputPath": output_s3,
-                        "Accept": "application/jsonlines",
-                        "AssembleWith": "Line"},
-                        TransformResources={
-                            "InstanceType": instance_type,
-                             "InstanceCount": instance_count})
+            "create transform job",
+            self.sagemaker.create_transform_job,
+            TransformJobName=job_name,
+            ModelName=model_name,
+            BatchStrategy="MultiRecord",
+            MaxPayloadInMB=max_payload_mb,
+            ModelClientConfig={"InvocationsTimeoutInSeconds": timeout_s, "InvocationsMaxRetries": 1},
+            TransformInput={
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": input_s3}},
+                "ContentType": "application/jsonlines",
+                "SplitType": "Line",
+            },
+            TransformOutput={"S3OutputPath": output_s3, "Accept": "application/jsonlines", "AssembleWith": "Line"},
+            TransformResources={"InstanceType": instance_type, "InstanceCount": instance_count},
+        )
         return {"job": job_name, "output": output_s3}
 
     def delete(self, endpoint: str) -> list[str]:
@@ -260,9 +304,11 @@ class Deployer:
                 config, model = f"{endpoint}-config", f"{endpoint}-model"
             removed: list[str] = []
             sm = self.sagemaker
-            for what, fn, key, name in (("endpoint", sm.delete_endpoint, "EndpointName", endpoint),
-                                        ("endpoint config", sm.delete_endpoint_config, "EndpointConfigName", config),
-                                        ("model", sm.delete_model, "ModelName", model)):
+            for what, fn, key, name in (
+                ("endpoint", sm.delete_endpoint, "EndpointName", endpoint),
+                ("endpoint config", sm.delete_endpoint_config, "EndpointConfigName", config),
+                ("model", sm.delete_model, "ModelName", model),
+            ):
                 if name is None:
                     continue
                 try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fastapi import Depends, FastAPI
 
 from llamadecide.decisions import Decider
+from llamadecide.decisions.measuring import Measurer
 from llamadecide.engine import Engine
 from llamadecide.errors import ModelLoadError
 from llamadecide.server.auth import check_key
@@ -42,10 +43,13 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.scheduler = EngineScheduler(settings.queue_size, time_limit=settings.request_timeout or None,
-                                         batch_size=settings.decision_batch)
-        self.metrics = Metrics(lambda: self.scheduler.depth,
-                               engine_counters=lambda: self.services.engine.counters if self.services else None)
+        self.scheduler = EngineScheduler(
+            settings.queue_size, time_limit=settings.request_timeout or None, batch_size=settings.decision_batch
+        )
+        self.metrics = Metrics(
+            lambda: self.scheduler.depth,
+            engine_counters=lambda: self.services.engine.counters if self.services else None,
+        )
         self.problog = ProbabilityLog(settings.probability_log) if settings.probability_log else None
         self.services: Services | None = None
         self.load_error: str | None = None
@@ -53,32 +57,39 @@ class Runtime:
 
     def attach(self, engine: Engine) -> None:
         name = self.settings.model_alias or engine.model_name
-        log.info("engine: n_ctx %d, flash attention %s, scoring %s in calls of up to %d rows", engine.n_ctx,
-                 "on" if engine.config.flash_attn else "off",
-                 "deterministic" if engine.config.deterministic else "NOT deterministic", engine.call_rows)
+        log.info(
+            "engine: n_ctx %d, flash attention %s, scoring %s in calls of up to %d rows",
+            engine.n_ctx,
+            "on" if engine.config.flash_attn else "off",
+            "deterministic" if engine.config.deterministic else "NOT deterministic",
+            engine.call_rows,
+        )
         profiles = None
         if self.settings.profiles_dir:
             from llamadecide.calibration.profile import ProfileStore
             from llamadecide.decisions.prompt import PROMPT_FORMATS
 
-            store = ProfileStore(self.settings.profiles_dir, engine.model_sha256, PROMPT_FORMATS,
-                                 check=lambda profile: fits_context(Decider(engine), profile, engine))
+            store = ProfileStore(
+                self.settings.profiles_dir,
+                engine.model_sha256,
+                PROMPT_FORMATS,
+                check=lambda profile: fits_context(Measurer(engine), profile, engine),
+            )
             profiles = store.get
             self.profile_store = store
             log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
         decisions = DecisionServing(
-    Decider(
-        engine,
-        epsilon=self.settings.answer_epsilon),
-        model_name=name,
-        max_questions=self.settings.max_questions,
-        max_options=self.settings.max_options,
-        model_sha256=lambda: engine.model_sha256,
-        profiles=profiles,
-        systemone_extensions=self.settings.systemone_extensions,
-        max_request_rows=self.settings.max_request_rows,
-        max_rotations=self.settings.max_rotations,
-         on_batch=self.metrics.batch_decisions.observe)
+            Decider(engine, epsilon=self.settings.answer_epsilon),
+            model_name=name,
+            max_questions=self.settings.max_questions,
+            max_options=self.settings.max_options,
+            model_sha256=lambda: engine.model_sha256,
+            profiles=profiles,
+            systemone_extensions=self.settings.systemone_extensions,
+            max_request_rows=self.settings.max_request_rows,
+            max_rotations=self.settings.max_rotations,
+            on_batch=self.metrics.batch_decisions.observe,
+        )
         chat = ChatServing(engine, self.scheduler, model_name=name, max_tokens=self.settings.max_tokens)
         self.services = Services(engine, name, decisions, chat)
 
@@ -92,27 +103,38 @@ class Runtime:
 MIN_INPUT_TOKENS = 64  # what a profile must leave room for beside its question, at the least
 
 
-def fits_context(decider: Decider, profile, engine: Engine) -> str | None:
+def fits_context(measurer: Measurer, profile, engine: Engine) -> str | None:
     """Whether a profile's question, with its pinned prefix, leaves room for an input in the context;
     logs the prefix it pins. Returns the reason it cannot be served, if so."""
     try:
-        pinned, needed = decider.footprint(profile.question(), profile.scoring())
+        pinned, needed = measurer.footprint(profile.question(), profile.scoring())
     except Exception as exc:  # noqa: BLE001 - a profile the library cannot even tokenize is not served
         return f"its question cannot be asked: {exc}"
     if needed + MIN_INPUT_TOKENS > engine.max_sequence:
-        return (f"its prompt and answers need {needed} tokens before any input (a pinned prefix of {pinned}); with "
-                f"room for a {MIN_INPUT_TOKENS}-token input that is more than this context holds "
-                f"({engine.max_sequence}): "
-                f"raise n_ctx to at least {needed + MIN_INPUT_TOKENS + engine.n_ctx - engine.max_sequence}")
+        return (
+            f"its prompt and answers need {needed} tokens before any input (a pinned prefix of {pinned}); with "
+            f"room for a {MIN_INPUT_TOKENS}-token input that is more than this context holds "
+            f"({engine.max_sequence}): "
+            f"raise n_ctx to at least {needed + MIN_INPUT_TOKENS + engine.n_ctx - engine.max_sequence}"
+        )
     if pinned:
-        log.info("profile %s pins a %d-token question prefix (%d of %d context tokens left for its inputs)",
-                 profile.name, pinned, engine.max_sequence - needed, engine.max_sequence)
+        log.info(
+            "profile %s pins a %d-token question prefix (%d of %d context tokens left for its inputs)",
+            profile.name,
+            pinned,
+            engine.max_sequence - needed,
+            engine.max_sequence,
+        )
     return None
 
 
-def create_app(settings: Settings | None = None, *, engine: Engine | None = None,
-               engine_factory: Callable[[Settings], Engine] | None = None,
-               on_load_error: Callable[[str], None] | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    engine: Engine | None = None,
+    engine_factory: Callable[[Settings], Engine] | None = None,
+    on_load_error: Callable[[str], None] | None = None,
+) -> FastAPI:
     """`engine` serves a model already loaded (tests); otherwise `engine_factory` (default:
     Engine(settings.engine_config())) runs in the background at start-up. A model that cannot load
     is reported by /ping and every route (`app.state.runtime.load_error`), and passed to
@@ -127,6 +149,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         if engine is not None:
             runtime.attach(engine)
         else:
+
             async def load() -> None:
                 try:
                     loaded = await asyncio.get_running_loop().run_in_executor(None, factory, settings)
@@ -150,8 +173,13 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
 
     # /openapi.json is always there (plain JSON); the Swagger UI page at /docs loads its scripts from a
     # CDN, which an offline or private deployment cannot reach, so it is off unless asked for.
-    app = FastAPI(title="llamadecide", version=_version(), lifespan=lifespan,
-                  docs_url="/docs" if settings.swagger_ui else None, redoc_url=None)
+    app = FastAPI(
+        title="llamadecide",
+        version=_version(),
+        lifespan=lifespan,
+        docs_url="/docs" if settings.swagger_ui else None,
+        redoc_url=None,
+    )
     app.state.settings = settings
     app.state.runtime = runtime
     install_error_handlers(app)

@@ -24,5 +24,9 @@ def check_key(request: Request) -> None:
     header = request.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected.encode()):
-        raise APIError(401, "missing or wrong API key (send Authorization: Bearer <key>)", type="authentication_error",
-                       code="invalid_api_key")
+        raise APIError(
+            401,
+            "missing or wrong API key (send Authorization: Bearer <key>)",
+            type="authentication_error",
+            code="invalid_api_key",
+        )

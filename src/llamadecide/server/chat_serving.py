@@ -40,8 +40,8 @@ def _message_text(content: Any, where: str) -> str:
             texts.append(str(part.get("text", "")))
         elif kind in ("image_url", "input_image", "input_audio", "file"):
             raise UnsupportedError(
-    f"{kind} content is not supported: this server runs a text-only model",
-     param=f"{where}[{j}]")
+                f"{kind} content is not supported: this server runs a text-only model", param=f"{where}[{j}]"
+            )
         else:
             raise InvalidRequestError(f"unknown content part type {kind!r}", param=f"{where}[{j}]")
     return "".join(texts)
@@ -60,17 +60,25 @@ class ChatServing:
         if request.model_extra:
             log.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
 
-    def _params(self, request: SamplingFields, prompt_len: int, *, max_tokens: int | None, logprobs: bool,
-                top_logprobs: int, grammar: str | None) -> SamplingParams:
+    def _params(
+        self,
+        request: SamplingFields,
+        prompt_len: int,
+        *,
+        max_tokens: int | None,
+        logprobs: bool,
+        top_logprobs: int,
+        grammar: str | None,
+    ) -> SamplingParams:
         if request.n != 1:
             raise UnsupportedError("only n=1 is supported", param="n")
         if max_tokens is not None and max_tokens > self.max_tokens:
             raise InvalidRequestError(f"max_tokens may be at most {self.max_tokens}", param="max_tokens")
         room = self.engine.n_ctx - prompt_len
         if room < 1:
-            raise InvalidRequestError(f"the prompt has {prompt_len} tokens and fills the {self.engine.n_ctx}-token "
-                                      f"context",
-                                      param="messages")
+            raise InvalidRequestError(
+                f"the prompt has {prompt_len} tokens and fills the {self.engine.n_ctx}-token context", param="messages"
+            )
         stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
         if len(stop) > 16:
             raise InvalidRequestError("at most 16 stop sequences", param="stop")
@@ -99,8 +107,13 @@ class ChatServing:
         self._unknown_fields(request)
         if request.tools:
             raise UnsupportedError("tool calling is not supported", param="tools")
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": _message_text(
-            m.content, f"messages[{i}].content")} for i, m in enumerate(request.messages)]
+        messages = [
+            {
+                "role": "system" if m.role == "developer" else m.role,
+                "content": _message_text(m.content, f"messages[{i}].content"),
+            }
+            for i, m in enumerate(request.messages)
+        ]
         prompt = self.engine.tokenize_prompt(self.engine.render_chat(messages))
         grammar = None
         if request.response_format and request.response_format.type == "json_object":
@@ -108,8 +121,14 @@ class ChatServing:
         elif request.response_format and request.response_format.type == "json_schema":
             spec = request.response_format.json_schema or {}
             grammar = json_grammar(spec.get("schema", spec))
-        params = self._params(request, len(prompt), max_tokens=request.max_completion_tokens or request.max_tokens,
-                              logprobs=request.logprobs, top_logprobs=request.top_logprobs or 0, grammar=grammar)
+        params = self._params(
+            request,
+            len(prompt),
+            max_tokens=request.max_completion_tokens or request.max_tokens,
+            logprobs=request.logprobs,
+            top_logprobs=request.top_logprobs or 0,
+            grammar=grammar,
+        )
         return prompt, params
 
     def prepare_completion(self, request: CompletionRequest) -> tuple[list[int], SamplingParams]:
@@ -123,8 +142,14 @@ class ChatServing:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         prompt = self.engine.tokenize_prompt(prompts[0])
         top = request.logprobs or 0
-        params = self._params(request, len(prompt), max_tokens=request.max_tokens or 16,
-                              logprobs=request.logprobs is not None, top_logprobs=top, grammar=None)
+        params = self._params(
+            request,
+            len(prompt),
+            max_tokens=request.max_tokens or 16,
+            logprobs=request.logprobs is not None,
+            top_logprobs=top,
+            grammar=None,
+        )
         return prompt, params
 
     # -- run --------------------------------------------------------------------------------
@@ -147,13 +172,15 @@ class ChatServing:
             iterator.close()
         return out
 
-    async def complete(self, prompt: list[int], params: SamplingParams, *,
-                       disconnected: Callable[[], Awaitable[bool]] | None = None) -> Generated:
+    async def complete(
+        self, prompt: list[int], params: SamplingParams, *, disconnected: Callable[[], Awaitable[bool]] | None = None
+    ) -> Generated:
         """The whole generation. A client that goes away stops it within a token (or before it
         starts); so does a shutdown whose drain time ran out (503: the answer would be cut)."""
         job = self.scheduler.new_job()
-        generated = await self.scheduler.run(self._generate, prompt, params, None, job.cancelled, job=job,
-                                             disconnected=disconnected)
+        generated = await self.scheduler.run(
+            self._generate, prompt, params, None, job.cancelled, job=job, disconnected=disconnected
+        )
         if job.cancelled.is_set():
             raise shutting_down()
         return generated
@@ -216,8 +243,12 @@ class ChatServing:
         prompt = result.prompt_tokens if result else 0
         completion = result.completion_tokens if result else 0
         cached = result.cached_tokens if result else 0
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": cached}}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
 
     def chat_response(self, generated: Generated, params: SamplingParams) -> dict[str, Any]:
         choice: dict[str, Any] = {
@@ -228,30 +259,55 @@ class ChatServing:
         }
         if params.logprobs:
             choice["logprobs"] = {"content": [self._logprob_entry(t) for t in generated.tokens if t.token >= 0]}
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.model_name, "choices": [choice], "usage": self._usage(generated.result)}
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [choice],
+            "usage": self._usage(generated.result),
+        }
 
     def completion_response(self, generated: Generated, params: SamplingParams) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "text": generated.text, "logprobs": None,
-                                  "finish_reason": generated.result.finish_reason if generated.result else "stop"}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": generated.text,
+            "logprobs": None,
+            "finish_reason": generated.result.finish_reason if generated.result else "stop",
+        }
         if params.logprobs:
             entries = [self._logprob_entry(t) for t in generated.tokens if t.token >= 0]
-            choice["logprobs"] = {"tokens": [e["token"] for e in entries],
-    "token_logprobs": [e["logprob"] for e in entries],
-    "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
-     "text_offset": []}
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": self.model_name, "choices": [choice], "usage": self._usage(generated.result)}
+            choice["logprobs"] = {
+                "tokens": [e["token"] for e in entries],
+                "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+                "text_offset": [],
+            }
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [choice],
+            "usage": self._usage(generated.result),
+        }
 
-    async def chat_sse(self, events: AsyncIterator[TokenEvent | Generated], params: SamplingParams,
-                       include_usage: bool) -> AsyncIterator[bytes]:
+    async def chat_sse(
+        self, events: AsyncIterator[TokenEvent | Generated], params: SamplingParams, include_usage: bool
+    ) -> AsyncIterator[bytes]:
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
-        def chunk(delta: dict, finish: str | None = None, logprobs: Any = None,
-                  usage: Any = None, choices: bool = True) -> bytes:
+        def chunk(
+            delta: dict, finish: str | None = None, logprobs: Any = None, usage: Any = None, choices: bool = True
+        ) -> bytes:
             choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
-            body: dict[str, Any] = {"id": ident, "object": "chat.completion.chunk", "created": created,
-                                    "model": self.model_name, "choices": [choice] if choices else []}
+            body: dict[str, Any] = {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.model_name,
+                "choices": [choice] if choices else [],
+            }
             if usage is not None:
                 body["usage"] = usage
             return f"data: {json.dumps(body)}\n\n".encode()

@@ -88,8 +88,9 @@ def render_openai_input(value: str | list) -> str:
             blocks.append(f"tool call {item.name} (id {item.call_id}): {payload}")
         else:
             if item.call_id not in calls:
-                raise InvalidRequestError(f"tool output for call id {item.call_id!r} has no matching call before it",
-                                          param=f"{where}.call_id")
+                raise InvalidRequestError(
+                    f"tool output for call id {item.call_id!r} has no matching call before it", param=f"{where}.call_id"
+                )
             output = item.output if isinstance(item.output, str) else _content(item.output, where + ".output")
             blocks.append(f"tool output (id {item.call_id}): {output}")
     return "\n\n".join(blocks)
@@ -104,10 +105,20 @@ def _named(where: str, build: Callable[..., Question], *args: Any, **kwargs: Any
 
 
 class DecisionServing:
-    def __init__(self, decider: Decider, *, model_name: str, max_questions: int, max_options: int,
-                 profiles: Callable[[str], None] | None = None, model_sha256: Callable[[], str] = lambda: "",
-                 systemone_extensions: bool = True, max_request_rows: int | None = None, max_rotations: int = 8,
-                 on_batch: Callable[[int], None] = lambda n: None) -> None:
+    def __init__(
+        self,
+        decider: Decider,
+        *,
+        model_name: str,
+        max_questions: int,
+        max_options: int,
+        profiles: Callable[[str], None] | None = None,
+        model_sha256: Callable[[], str] = lambda: "",
+        systemone_extensions: bool = True,
+        max_request_rows: int | None = None,
+        max_rotations: int = 8,
+        on_batch: Callable[[int], None] = lambda n: None,
+    ) -> None:
         self.systemone_extensions = systemone_extensions
         self.on_batch = on_batch  # told how many decisions each shared engine run (`run_many`) serves
         self.decider = decider
@@ -124,35 +135,44 @@ class DecisionServing:
     def _limits(self, count: int, option_counts: Sequence[int]) -> None:
         if count > self.max_questions:
             raise InvalidRequestError(
-    f"at most {self.max_questions} questions per request, got {count}",
-     param="questions")
+                f"at most {self.max_questions} questions per request, got {count}", param="questions"
+            )
         for i, n in enumerate(option_counts):
             if n > self.max_options:
                 raise InvalidRequestError(
-    f"at most {self.max_options} options per question, got {n}",
-     param=f"questions[{i}]")
+                    f"at most {self.max_options} options per question, got {n}", param=f"questions[{i}]"
+                )
 
     def _profile(self, extension: Extension | None):
         """The named calibration profile; it fixes the scoring mode, so it is resolved first."""
         if not (extension and extension.profile):
             return None
         if self.profiles is None:
-            raise InvalidRequestError(f"unknown calibration profile {extension.profile!r}: no profiles are loaded",
-                                      param="llamadecide.profile")
+            raise InvalidRequestError(
+                f"unknown calibration profile {extension.profile!r}: no profiles are loaded",
+                param="llamadecide.profile",
+            )
         profile = self.profiles(extension.profile)
         if extension.mode and extension.mode != profile.mode:
-            raise InvalidRequestError(f"profile {profile.name!r} was fitted in {profile.mode} mode; drop `mode` or use "
-                                      f"{profile.mode!r}", param="llamadecide.mode")
+            raise InvalidRequestError(
+                f"profile {profile.name!r} was fitted in {profile.mode} mode; drop `mode` or use {profile.mode!r}",
+                param="llamadecide.mode",
+            )
         if extension.length_normalize and not profile.length_normalize:
-            raise InvalidRequestError(f"profile {profile.name!r} was fitted without length normalisation",
-                                      param="llamadecide.length_normalize")
+            raise InvalidRequestError(
+                f"profile {profile.name!r} was fitted without length normalisation",
+                param="llamadecide.length_normalize",
+            )
         if extension.prior_correction and not profile.prior_correction:
             raise InvalidRequestError(
-    f"profile {profile.name!r} was fitted without prior correction ({profile.method})",
-     param="llamadecide.prior_correction")
+                f"profile {profile.name!r} was fitted without prior correction ({profile.method})",
+                param="llamadecide.prior_correction",
+            )
         if extension.rotations != 1 and extension.rotations != profile.rotations:
-            raise InvalidRequestError(f"profile {profile.name!r} was fitted with {profile.rotations} rotation(s)",
-                                      param="llamadecide.rotations")
+            raise InvalidRequestError(
+                f"profile {profile.name!r} was fitted with {profile.rotations} rotation(s)",
+                param="llamadecide.rotations",
+            )
         return profile
 
     @staticmethod
@@ -163,24 +183,34 @@ class DecisionServing:
 
     def _scoring(self, extension: Extension | None, profile, questions: list[Question]) -> Scoring:
         if extension is not None and extension.rotations > self.max_rotations:
-            raise InvalidRequestError(f"at most {self.max_rotations} rotations (max_rotations), got "
-                                      f"{extension.rotations}",
-                                      param="llamadecide.rotations")
+            raise InvalidRequestError(
+                f"at most {self.max_rotations} rotations (max_rotations), got {extension.rotations}",
+                param="llamadecide.rotations",
+            )
         if profile is None:
             if extension is None:
                 return Scoring()
-            return Scoring(length_normalize=extension.length_normalize, prior_correction=extension.prior_correction,
-                           rotations=extension.rotations)
+            return Scoring(
+                length_normalize=extension.length_normalize,
+                prior_correction=extension.prior_correction,
+                rotations=extension.rotations,
+            )
         for question in questions:
-            values = [
-    o.text for o in question.options] if question.type == "score" else [
-        o.value for o in question.options]
+            values = (
+                [o.text for o in question.options] if question.type == "score" else [o.value for o in question.options]
+            )
             profile.check_options(question.type, values)
         return profile.scoring()
 
     def prepare_openai(self, request: oa.DecisionRequest) -> Prepared:
-        counts = [len(q.choices) if isinstance(q, oa.ChoiceQuestion) else len(q.levels)
-                      if isinstance(q, oa.ScoreQuestion) else 2 for q in request.questions]
+        counts = [
+            len(q.choices)
+            if isinstance(q, oa.ChoiceQuestion)
+            else len(q.levels)
+            if isinstance(q, oa.ScoreQuestion)
+            else 2
+            for q in request.questions
+        ]
         self._limits(len(request.questions), counts)
         ext = request.llamadecide
         profile = self._profile(ext)
@@ -198,15 +228,18 @@ class DecisionServing:
             else:
                 levels = [(lv.label, lv.description) for lv in q.levels]
                 questions.append(_named(where, score, text, levels, name=q.name, mode=mode or "labels"))
-        return Prepared(state, questions, [q.name for q in request.questions],
-                        self._scoring(ext, profile, questions), ext, profile)
+        return Prepared(
+            state, questions, [q.name for q in request.questions], self._scoring(ext, profile, questions), ext, profile
+        )
 
     def prepare_systemone(self, request: so.SystemOneRequest) -> tuple[Prepared, list[str], dict[str, list]]:
         if request.images or request.assets:
             raise UnsupportedError("image input is not supported: this server runs a text-only model", param="images")
         ids = list(request.questions)
-        counts = [len(q.criteria) if isinstance(q, (so.ChoiceQuestion, so.ScoreQuestion))
-                      else 2 for q in request.questions.values()]
+        counts = [
+            len(q.criteria) if isinstance(q, (so.ChoiceQuestion, so.ScoreQuestion)) else 2
+            for q in request.questions.values()
+        ]
         self._limits(len(ids), counts)
         ext = request.llamadecide
         profile = self._profile(ext)
@@ -217,8 +250,8 @@ class DecisionServing:
             where = f"questions.{qid}"
             if isinstance(q, so.BoxQuestion):
                 raise UnsupportedError(
-    "box questions locate things in images; this server runs a text-only model",
-     param=where)
+                    "box questions locate things in images; this server runs a text-only model", param=where
+                )
             text = content_text(q.instructions) if q.instructions is not None else None
             if isinstance(q, so.NoulQuestion):
                 criteria = q.criteria or so.NoulCriteria()
@@ -226,20 +259,34 @@ class DecisionServing:
                     raise InvalidRequestError("a noul question needs instructions or a described outcome", param=where)
                 true_d = content_text(criteria.true) if criteria.true is not None else None
                 false_d = content_text(criteria.false) if criteria.false is not None else None
-                questions.append(_named(where, predicate, text or DEFAULT_INSTRUCTIONS["noul"], name=qid,
-                                        true_description=true_d, false_description=false_d, mode=mode or "text"))
+                questions.append(
+                    _named(
+                        where,
+                        predicate,
+                        text or DEFAULT_INSTRUCTIONS["noul"],
+                        name=qid,
+                        true_description=true_d,
+                        false_description=false_d,
+                        mode=mode or "text",
+                    )
+                )
             elif isinstance(q, so.ChoiceQuestion):
                 items = [(key, content_text(d) if d is not None else None) for key, d in q.criteria.items()]
-                questions.append(_named(where, choice, text or DEFAULT_INSTRUCTIONS["choice"], items, name=qid,
-                                        mode=mode or "text"))
+                questions.append(
+                    _named(where, choice, text or DEFAULT_INSTRUCTIONS["choice"], items, name=qid, mode=mode or "text")
+                )
             else:
                 legends[qid] = list(q.criteria)
                 levels = [(content_text(c), None) for c in q.criteria]
-                questions.append(_named(where, score, text or DEFAULT_INSTRUCTIONS["score"], levels, name=qid,
-                                        mode=mode or "labels"))
+                questions.append(
+                    _named(where, score, text or DEFAULT_INSTRUCTIONS["score"], levels, name=qid, mode=mode or "labels")
+                )
         ignored = tuple(sorted(request.model_extra or {}))
-        return (Prepared(request.state, questions, ids, self._scoring(ext, profile, questions), ext, profile, ignored),
-                ids, legends)
+        return (
+            Prepared(request.state, questions, ids, self._scoring(ext, profile, questions), ext, profile, ignored),
+            ids,
+            legends,
+        )
 
     # -- run ----------------------------------------------------------------------------------
 
@@ -247,22 +294,30 @@ class DecisionServing:
         """Many requests' decisions in shared engine calls (`Decider.decide_many`), each what it is
         alone, with its own work bound and cancellation (`jobs[i].cancelled`)."""
         self.on_batch(len(prepared))
-        return self.decider.decide_many([
-            DecisionInput(p.state, p.questions, p.scoring, Limits(self.max_request_rows, job.cancelled.is_set))
-            for p, job in zip(prepared, jobs)])
+        return self.decider.decide_many(
+            [
+                DecisionInput(p.state, p.questions, p.scoring, Limits(self.max_request_rows, job.cancelled.is_set))
+                for p, job in zip(prepared, jobs)
+            ]
+        )
 
     # -- format -------------------------------------------------------------------------------
 
     @staticmethod
     def _extension_fields(answer: Answer, prepared: Prepared) -> dict[str, Any]:
         ext, profile = prepared.extension, prepared.profile
-        fields: dict[str, Any] = {"label_mass": answer.label_mass, "prompt_format": answer.prompt_format,
-                                  "calibrated": profile is not None, "probability_bound": answer.bound}
+        fields: dict[str, Any] = {
+            "label_mass": answer.label_mass,
+            "prompt_format": answer.prompt_format,
+            "calibrated": profile is not None,
+            "probability_bound": answer.bound,
+        }
         if profile is not None:
             fields["profile"] = profile.name
             fields["method"] = profile.method_label
-        threshold = ext.threshold if ext and ext.threshold is not None else (
-            profile.threshold if profile is not None else None)
+        threshold = (
+            ext.threshold if ext and ext.threshold is not None else (profile.threshold if profile is not None else None)
+        )
         if threshold is not None:
             fields["action"] = "auto" if answer.confidence >= threshold else "escalate"
             fields["threshold"] = threshold
@@ -290,43 +345,65 @@ class DecisionServing:
             if answer.question.type == "predicate":
                 body["probability"] = answer.probability
             elif answer.question.type == "choice":
-                body.update(choice=answer.choice, confidence=answer.confidence,
-                            probabilities=[{"value": o.value, "probability": o.probability} for o in answer.options])
+                body.update(
+                    choice=answer.choice,
+                    confidence=answer.confidence,
+                    probabilities=[{"value": o.value, "probability": o.probability} for o in answer.options],
+                )
             else:
-                body.update(score=answer.score, confidence=answer.confidence,
-                            probabilities=[{"value": o.value, "label": q.text, "probability": o.probability}
-                                           for o, q in zip(answer.options, answer.question.options)])
+                body.update(
+                    score=answer.score,
+                    confidence=answer.confidence,
+                    probabilities=[
+                        {"value": o.value, "label": q.text, "probability": o.probability}
+                        for o, q in zip(answer.options, answer.question.options)
+                    ],
+                )
             body.update(self._extension_fields(answer, prepared))
             answers.append(body)
         formats = sorted({answer.prompt_format for answer in decision.answers}) or [PROMPT_FORMAT_VERSION]
         return {
-    "object": "decision",
-    "model": self.model_name,
-    "answers": answers,
-    "usage": self._usage_openai(decision),
-    "llamadecide": {
-        "model_sha256": self.model_sha256(),
-         "prompt_format": formats[0] if len(formats) == 1 else formats}}
+            "object": "decision",
+            "model": self.model_name,
+            "answers": answers,
+            "usage": self._usage_openai(decision),
+            "llamadecide": {
+                "model_sha256": self.model_sha256(),
+                "prompt_format": formats[0] if len(formats) == 1 else formats,
+            },
+        }
 
-    def format_systemone(self, prepared: Prepared, ids: list[str],
-                         legends: dict[str, list], decision: Decision) -> dict[str, Any]:
+    def format_systemone(
+        self, prepared: Prepared, ids: list[str], legends: dict[str, list], decision: Decision
+    ) -> dict[str, Any]:
         answers: dict[str, Any] = {}
         for qid, answer in zip(ids, decision.answers):
             if answer.question.type == "predicate":
                 body: dict[str, Any] = {"type": "noul", "noul": answer.probability}
             elif answer.question.type == "choice":
-                body = {"type": "choice", "choice": answer.choice, "confidence": answer.confidence,
-                        "probabilities": {str(o.value): o.probability for o in answer.options}}
+                body = {
+                    "type": "choice",
+                    "choice": answer.choice,
+                    "confidence": answer.confidence,
+                    "probabilities": {str(o.value): o.probability for o in answer.options},
+                }
             else:
-                body = {"type": "score", "score": answer.score, "confidence": answer.confidence,
-                        "legend": {str(i): level for i, level in enumerate(legends[qid])},
-                        "probabilities": {str(o.value): o.probability for o in answer.options}}
+                body = {
+                    "type": "score",
+                    "score": answer.score,
+                    "confidence": answer.confidence,
+                    "legend": {str(i): level for i, level in enumerate(legends[qid])},
+                    "probabilities": {str(o.value): o.probability for o in answer.options},
+                }
             if self.systemone_extensions:
                 # TypeSafe clients reserve unprefixed names: extensions there carry the x_ prefix.
                 body.update({f"x_{key}": value for key, value in self._extension_fields(answer, prepared).items()})
             answers[qid] = body
-        body = {"model": self.model_name, "answers": answers,
-                "usage": {"input_tokens": decision.prompt_tokens, "output_tokens": 0}}
+        body = {
+            "model": self.model_name,
+            "answers": answers,
+            "usage": {"input_tokens": decision.prompt_tokens, "output_tokens": 0},
+        }
         if prepared.ignored_fields:  # accepted as the spec asks, never silently
             body["x_ignored_fields"] = list(prepared.ignored_fields)
         return body

@@ -47,15 +47,22 @@ HTTP_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     413: "request_too_large",
-     503: "unavailable_error"}
+    503: "unavailable_error",
+}
 
 
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def error_response(status: int, message: str, type: str, param: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    message: str,
+    type: str,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     return JSONResponse(error_body(message, type, param, code), status_code=status, headers=headers)
 
 
@@ -148,11 +155,16 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = "no such route" if exc.status_code == 404 else str(exc.detail)
-        return for_route(request, error_response(exc.status_code, message,
-                         HTTP_TYPES.get(exc.status_code, "invalid_request_error")))
+        return for_route(
+            request, error_response(exc.status_code, message, HTTP_TYPES.get(exc.status_code, "invalid_request_error"))
+        )
 
     @app.exception_handler(Exception)
     async def _fallback(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s (request %s)", request.method, request.url.path,
-                      request.scope.get("state", {}).get("request_id"))
+        log.exception(
+            "unhandled error on %s %s (request %s)",
+            request.method,
+            request.url.path,
+            request.scope.get("state", {}).get("request_id"),
+        )
         return for_route(request, error_response(500, "internal server error", "server_error"))

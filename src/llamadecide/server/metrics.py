@@ -9,16 +9,30 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-ROUTES = {"/v1/chat/completions", "/v1/completions", "/v1/decisions", "/v1/systemone", "/v1/models",
-          "/invocations", "/ping", "/health", "/metrics", "/"}
+ROUTES = {
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/decisions",
+    "/v1/systemone",
+    "/v1/models",
+    "/invocations",
+    "/ping",
+    "/health",
+    "/metrics",
+    "/",
+}
 
 
 ENGINE_COUNTERS = {  # Engine.counters key -> (metric name without _total, help)
     "decode_calls": ("llamadecide_engine_decode_calls", "llama_decode calls since the model loaded"),
-    "rows": ("llamadecide_engine_rows",
-             "Batch rows evaluated for requests since the model loaded (scratch rows apart)"),
-    "padding_rows": ("llamadecide_engine_padding_rows",
-                     "Scratch rows evaluated to pad small calls to a deterministic shape since the model loaded"),
+    "rows": (
+        "llamadecide_engine_rows",
+        "Batch rows evaluated for requests since the model loaded (scratch rows apart)",
+    ),
+    "padding_rows": (
+        "llamadecide_engine_padding_rows",
+        "Scratch rows evaluated to pad small calls to a deterministic shape since the model loaded",
+    ),
 }
 
 
@@ -35,23 +49,33 @@ class EngineCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, depth: Callable[[], int], engine_counters: Callable[[], Mapping[str, int] | None] = lambda: None,
-                 ) -> None:
+    def __init__(
+        self,
+        depth: Callable[[], int],
+        engine_counters: Callable[[], Mapping[str, int] | None] = lambda: None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("llamadecide_requests", "HTTP requests", ["route", "status"], registry=self.registry)
-        self.latency = Histogram("llamadecide_request_seconds", "Request latency", ["route"], registry=self.registry,
-                                 buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+        self.latency = Histogram(
+            "llamadecide_request_seconds",
+            "Request latency",
+            ["route"],
+            registry=self.registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
         self.tokens = Counter("llamadecide_tokens", "Tokens processed", ["kind"], registry=self.registry)
         self.errors = Counter("llamadecide_errors", "Error responses by type", ["type"], registry=self.registry)
         self.answers = Counter("llamadecide_answers", "Decision answers", ["type"], registry=self.registry)
         self.queue = Gauge(
-    "llamadecide_queue_depth",
-    "Requests waiting for or using the engine",
-     registry=self.registry)
+            "llamadecide_queue_depth", "Requests waiting for or using the engine", registry=self.registry
+        )
         self.queue.set_function(depth)
-        self.batch_decisions = Histogram("llamadecide_engine_batch_decisions",
-                                         "Decisions served by one shared engine run", registry=self.registry,
-                                         buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64))
+        self.batch_decisions = Histogram(
+            "llamadecide_engine_batch_decisions",
+            "Decisions served by one shared engine run",
+            registry=self.registry,
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
+        )
         self.registry.register(EngineCollector(engine_counters))
 
     def render(self) -> bytes:

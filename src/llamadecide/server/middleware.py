@@ -75,14 +75,16 @@ class BodyMiddleware:
             try:
                 body = self._inflate(body)
             except _TooLarge:
-                await refuse(413, "request_too_large", f"the decompressed body is larger than {self.max_body_bytes} "
-                                                       f"bytes")
+                await refuse(
+                    413, "request_too_large", f"the decompressed body is larger than {self.max_body_bytes} bytes"
+                )
                 return
             except zstandard.ZstdError as exc:
                 await refuse(400, "invalid_request_error", f"the zstd body cannot be decompressed: {exc}")
                 return
-            scope["headers"] = [(k, v) for k, v in scope["headers"] if k.lower()
-                                 not in (b"content-encoding", b"content-length")]
+            scope["headers"] = [
+                (k, v) for k, v in scope["headers"] if k.lower() not in (b"content-encoding", b"content-length")
+            ]
             scope["headers"].append((b"content-length", str(len(body)).encode()))
         elif encoding not in ("identity", ""):
             await refuse(415, "invalid_request_error", f"unsupported Content-Encoding {encoding!r}; use zstd")
@@ -118,9 +120,13 @@ class BodyMiddleware:
         if path == SYSTEMONE_PATH:
             body["detail"] = {"error_type": type_, "message": message}  # TypeSafe's shape, as errors.for_route
         payload = json.dumps(body).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
 

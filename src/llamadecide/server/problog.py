@@ -20,8 +20,19 @@ class ProbabilityLog:
         self._lock = threading.Lock()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    def write(self, *, request_id: str, route: str, model: str, model_sha256: str, answers: list[Answer],
-              seconds: float, names: list[str | None], state: object, usage: dict | None = None) -> None:
+    def write(
+        self,
+        *,
+        request_id: str,
+        route: str,
+        model: str,
+        model_sha256: str,
+        answers: list[Answer],
+        seconds: float,
+        names: list[str | None],
+        state: object,
+        usage: dict | None = None,
+    ) -> None:
         """One line per answer; `usage` (the request's input and cached tokens) is on each of them."""
         now = time.time()
         # A hash of the state, not the state: joins runs of two models on the same items (compare)
@@ -38,8 +49,12 @@ class ProbabilityLog:
                 "model": model,
                 "model_sha256": model_sha256,
                 "prompt_format": answer.prompt_format,
-                "question": {"name": name, "type": answer.question.type, "instructions": answer.question.instructions,
-                             "mode": answer.question.mode},
+                "question": {
+                    "name": name,
+                    "type": answer.question.type,
+                    "instructions": answer.question.instructions,
+                    "mode": answer.question.mode,
+                },
                 "options": [o.value for o in answer.options],
                 "probabilities": answer.probabilities,
                 "logprobs": [o.logprob for o in answer.options],

@@ -34,19 +34,16 @@ def record_decision(request: Request, route: str, prepared: Prepared, decision: 
     if runtime.problog:
         try:
             runtime.problog.write(
-    request_id=request.scope["state"]["request_id"],
-    route=route,
-    model=services.model_name,
-    model_sha256=services.engine.model_sha256,
-    answers=decision.answers,
-    seconds=decision.seconds,
-    names=prepared.names,
-    state=prepared.state,
-    usage={
-        "input_tokens": decision.prompt_tokens,
-        "cached_tokens": decision.extra.get(
-            "cached_tokens",
-             0)})
+                request_id=request.scope["state"]["request_id"],
+                route=route,
+                model=services.model_name,
+                model_sha256=services.engine.model_sha256,
+                answers=decision.answers,
+                seconds=decision.seconds,
+                names=prepared.names,
+                state=prepared.state,
+                usage={"input_tokens": decision.prompt_tokens, "cached_tokens": decision.extra.get("cached_tokens", 0)},
+            )
         except Exception:  # the answer is computed: a log that cannot take it must not lose it for the client
             log.exception("the probability log could not record request %s", request.scope["state"]["request_id"])
             runtime.metrics.errors.labels("probability_log").inc()
@@ -55,8 +52,9 @@ def record_decision(request: Request, route: str, prepared: Prepared, decision: 
 async def _run_decision(request: Request, services, prepared: Prepared) -> Decision:
     """The decision on the engine thread, sharing its calls with the other decisions waiting then."""
     scheduler = _runtime(request).scheduler
-    return await scheduler.run_shared(DECISIONS, services.decisions.run_many, prepared,
-                                      disconnected=request.is_disconnected)
+    return await scheduler.run_shared(
+        DECISIONS, services.decisions.run_many, prepared, disconnected=request.is_disconnected
+    )
 
 
 async def handle_decisions(request: Request, body: DecisionRequest) -> dict:
@@ -82,8 +80,11 @@ async def handle_chat(request: Request, body: ChatCompletionRequest) -> Response
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         events = chat.start_stream(prompt, params)  # admitted here: a full queue is a 503, not a 200
-        return StreamingResponse(chat.chat_sse(events, params, include_usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            chat.chat_sse(events, params, include_usage),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
     generated = await chat.complete(prompt, params, disconnected=request.is_disconnected)
     _count_generation(runtime, generated)
     return JSONResponse(chat.chat_response(generated, params))
@@ -135,12 +136,28 @@ async def models(request: Request) -> dict:
     created = int(engine.model_path.stat().st_mtime)
     return {
         "object": "list",
-        "data": [{"id": services.model_name, "object": "model", "created": created, "owned_by": "llamadecide",
-                  "meta": {"file": engine.model_path.name, "n_ctx": engine.n_ctx, "n_gpu_layers": engine.n_gpu_layers,
-                           "chat_template": engine.chat_template_origin}}],
+        "data": [
+            {
+                "id": services.model_name,
+                "object": "model",
+                "created": created,
+                "owned_by": "llamadecide",
+                "meta": {
+                    "file": engine.model_path.name,
+                    "n_ctx": engine.n_ctx,
+                    "n_gpu_layers": engine.n_gpu_layers,
+                    "chat_template": engine.chat_template_origin,
+                },
+            }
+        ],
         # The same list in TypeSafe's shape, so both SDKs read this route.
-        "models": [{"name": services.model_name, "description": f"{engine.model_path.name} on llama.cpp",
-                    "release_date": time.strftime("%Y-%m-%d", time.gmtime(created))}],
+        "models": [
+            {
+                "name": services.model_name,
+                "description": f"{engine.model_path.name} on llama.cpp",
+                "release_date": time.strftime("%Y-%m-%d", time.gmtime(created)),
+            }
+        ],
     }
 
 
@@ -150,11 +167,21 @@ async def profiles(request: Request) -> dict:
     runtime = _runtime(request)
     runtime.ready()
     store = runtime.profile_store
-    data = [{"name": p.name, "type": p.task["type"], "instructions": p.task["instructions"],
-             "options": p.task["options"],
-             "mode": p.mode, "method": p.method_label, "prompt_format": p.prompt_format, "threshold": p.threshold,
-             "target_precision": p.target_precision, "confidence_level": p.confidence_level}
-            for p in (store.profiles.values() if store else ())]
+    data = [
+        {
+            "name": p.name,
+            "type": p.task["type"],
+            "instructions": p.task["instructions"],
+            "options": p.task["options"],
+            "mode": p.mode,
+            "method": p.method_label,
+            "prompt_format": p.prompt_format,
+            "threshold": p.threshold,
+            "target_precision": p.target_precision,
+            "confidence_level": p.confidence_level,
+        }
+        for p in (store.profiles.values() if store else ())
+    ]
     return {"object": "list", "data": data, "refused": dict(store.refused) if store else {}}
 
 
@@ -162,8 +189,9 @@ async def profiles(request: Request) -> dict:
 async def health(request: Request) -> JSONResponse:
     runtime = _runtime(request)
     if runtime.services is not None:
-        return JSONResponse({"status": "ok", "model": runtime.services.model_name,
-                            "queue_depth": runtime.scheduler.depth})
+        return JSONResponse(
+            {"status": "ok", "model": runtime.services.model_name, "queue_depth": runtime.scheduler.depth}
+        )
     status = "error" if runtime.load_error else "loading"
     return JSONResponse({"status": status, "error": runtime.load_error}, status_code=503)
 
@@ -175,5 +203,6 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/", response_class=HTMLResponse)
 async def playground() -> HTMLResponse:
-    return HTMLResponse(resources.files("llamadecide.server").joinpath(
-        "static/playground.html").read_text(encoding="utf-8"))
+    return HTMLResponse(
+        resources.files("llamadecide.server").joinpath("static/playground.html").read_text(encoding="utf-8")
+    )

@@ -53,8 +53,15 @@ def run_server(settings: Settings, *, log_level: str = "info", **uvicorn_options
             server.should_exit = True
 
     app = create_app(settings, on_load_error=stop)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False,
-                            timeout_graceful_shutdown=int(settings.drain_timeout) + 5, **uvicorn_options)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.drain_timeout) + 5,
+        **uvicorn_options,
+    )
     server = DrainingServer(config, app.state.runtime.scheduler, settings.drain_timeout)
     server.run()
     if app.state.runtime.load_error:

@@ -88,8 +88,8 @@ async def invocations(request: Request) -> Response:
     route = custom_route(request.headers.get("x-amzn-sagemaker-custom-attributes")) or route_for(body)
     if route not in ROUTES:
         raise InvalidRequestError(
-    f"unknown route {route!r}; one of {', '.join(ROUTES)}",
-     param="X-Amzn-SageMaker-Custom-Attributes")
+            f"unknown route {route!r}; one of {', '.join(ROUTES)}", param="X-Amzn-SageMaker-Custom-Attributes"
+        )
     model, handler = ROUTES[route]
     try:
         parsed = model.model_validate(body)
@@ -114,8 +114,11 @@ async def _invocations_lines(request: Request, raw: bytes) -> Response:
                 raise InvalidRequestError(f"line {index + 1} is not valid JSON", param="body") from None
             route = header_route or route_for(body)
             if route not in DECISION_ROUTES:
-                raise InvalidRequestError(f"a JSON Lines body holds decision requests ({', '.join(DECISION_ROUTES)}); "
-                                          f"line {index + 1} is for {route}", param="body")
+                raise InvalidRequestError(
+                    f"a JSON Lines body holds decision requests ({', '.join(DECISION_ROUTES)}); "
+                    f"line {index + 1} is for {route}",
+                    param="body",
+                )
             model, _ = ROUTES[route]
             try:
                 parsed = model.model_validate(body)
@@ -126,20 +129,30 @@ async def _invocations_lines(request: Request, raw: bytes) -> Response:
                 waiting.append((index, route, prepared, lambda d, p=prepared: services.decisions.format_openai(p, d)))
             else:
                 prepared, ids, legends = services.decisions.prepare_systemone(parsed)
-                waiting.append((index, route, prepared, lambda d, p=prepared, i=ids,
-                               g=legends: services.decisions.format_systemone(p, i, g, d)))
+                waiting.append(
+                    (
+                        index,
+                        route,
+                        prepared,
+                        lambda d, p=prepared, i=ids, g=legends: services.decisions.format_systemone(p, i, g, d),
+                    )
+                )
         except Exception as exc:  # noqa: BLE001 - every bad line answers on its own line
             records[index] = error_record(exc)
     scheduler = runtime.scheduler
     size = max(1, scheduler.batch_size)
     for start in range(
-    0,
-    len(waiting),
-     size):  # a job per batch: other requests interleave, time limits apply per batch
-        chunk = waiting[start:start + size]
+        0, len(waiting), size
+    ):  # a job per batch: other requests interleave, time limits apply per batch
+        chunk = waiting[start : start + size]
         job = scheduler.new_job()
-        results = await scheduler.run(services.decisions.run_many, [p for _, _, p, _ in chunk], [job] * len(chunk),
-                                      job=job, disconnected=request.is_disconnected)
+        results = await scheduler.run(
+            services.decisions.run_many,
+            [p for _, _, p, _ in chunk],
+            [job] * len(chunk),
+            job=job,
+            disconnected=request.is_disconnected,
+        )
         for (index, route, prepared, formatter), result in zip(chunk, results):
             if isinstance(result, Exception):
                 records[index] = error_record(result)

@@ -31,8 +31,9 @@ class Abandoned(Exception):
 
 def shutting_down() -> APIError:
     """What a request gets when a shutdown's drain time ran out before it was answered."""
-    return APIError(503, "the server is shutting down; retry on another instance", type="unavailable_error",
-                    code="shutting_down")
+    return APIError(
+        503, "the server is shutting down; retry on another instance", type="unavailable_error", code="shutting_down"
+    )
 
 
 @dataclass
@@ -48,8 +49,10 @@ class Job:
         self.cancelled.set()
 
     def timeout_error(self) -> RequestTimeoutError:
-        return RequestTimeoutError(f"the request ran past its time limit of {self.time_limit:g} s on the engine "
-                                   "(request_timeout); the engine moved on")
+        return RequestTimeoutError(
+            f"the request ran past its time limit of {self.time_limit:g} s on the engine "
+            "(request_timeout); the engine moved on"
+        )
 
 
 @dataclass
@@ -84,8 +87,9 @@ class EngineScheduler:
             if self.draining:
                 raise shutting_down()
             if self._pending >= self._max_waiting + 1:
-                raise APIError(503, "the engine queue is full; retry shortly",
-                               type="unavailable_error", code="overloaded")
+                raise APIError(
+                    503, "the engine queue is full; retry shortly", type="unavailable_error", code="overloaded"
+                )
             self._pending += 1
             self._jobs.add(cancelled)
 
@@ -108,13 +112,19 @@ class EngineScheduler:
             finally:
                 if timer is not None:
                     timer.cancel()
+
         return run
 
     def new_job(self) -> Job:
         return Job(time_limit=self.time_limit)
 
-    async def run(self, fn: Callable[..., T], *args: object, job: Job | None = None,
-                  disconnected: Callable[[], Awaitable[bool]] | None = None) -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args: object,
+        job: Job | None = None,
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> T:
         """Run `fn(*args)` on the engine thread. With `disconnected`, the client is watched while the
         job waits or runs: once it is gone the job is cancelled (`job.cancelled` is what a
         cooperative `fn` checks) and the request ends without an answer. A job past its time limit
@@ -144,8 +154,15 @@ class EngineScheduler:
         finally:
             self._release(cancelled)
 
-    async def run_shared(self, key: Hashable, fn: Callable[[list[Any], list[Job]], list[Any]], item: Any, *,
-                         job: Job | None = None, disconnected: Callable[[], Awaitable[bool]] | None = None) -> Any:
+    async def run_shared(
+        self,
+        key: Hashable,
+        fn: Callable[[list[Any], list[Job]], list[Any]],
+        item: Any,
+        *,
+        job: Job | None = None,
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Any:
         """Run `item` on the engine thread together with the other items waiting under an equal `key`
         (continuous batching): when the engine takes the first of them, it takes up to `batch_size`
         waiting ones of that key and calls the first one's `fn(items, jobs)` once, which returns each
