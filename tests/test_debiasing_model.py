@@ -50,8 +50,8 @@ def test_the_prior_is_computed_once_per_question(engine, monkeypatch):
     decider = Decider(engine)
     question = predicate("The review is positive.")
     calls = []
-    original = decider.content_free_scores
-    monkeypatch.setattr(decider, "content_free_scores", lambda q, **kw: calls.append(q) or original(q, **kw))
+    original = decider.planner.content_free_scores
+    monkeypatch.setattr(decider.planner, "content_free_scores", lambda q, **kw: calls.append(q) or original(q, **kw))
     for text in ("A wonderful film.", "Dull and far too long.", "A wonderful film."):
         decider.decide(text, [question], scoring=Scoring(prior_correction=True))
     assert len(calls) == 1
@@ -62,7 +62,7 @@ def test_the_prior_is_computed_once_per_question(engine, monkeypatch):
 def test_a_fixed_prior_is_served_as_given_and_not_recomputed(engine, monkeypatch):
     decider = Decider(engine)
     question = choice("What is the topic of this news article?", TOPIC)
-    monkeypatch.setattr(decider, "content_free_scores", lambda q, **kw: pytest.fail("the prior was recomputed"))
+    monkeypatch.setattr(decider.planner, "content_free_scores", lambda q, **kw: pytest.fail("the prior was recomputed"))
     fixed = (-0.5, -2.0, -1.0, -3.0)
     served = decider.decide(NEWS, [question], scoring=Scoring(prior_correction=True, prior=fixed)).answers[0]
     expected = maths.normalise([o.logprob for o in served.options], prior=np.array(fixed))

@@ -10,7 +10,14 @@ import pytest
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.decisions import Decider, Scoring, choice, predicate
 from llamadecide.decisions.measuring import Measurer
-from llamadecide.decisions.prompt import INPUT_LAST, PROMPT_FORMAT_VERSION, QUESTION_FIRST, build_messages
+from llamadecide.decisions.prompt import (
+    INPUT_LAST,
+    INPUT_ONLY,
+    INSTRUCTIONS_ONLY,
+    PROMPT_FORMAT_VERSION,
+    QUESTION_FIRST,
+    build_messages,
+)
 from llamadecide.decisions.rules import Demonstration
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
 from llamadecide.errors import ContextOverflowError, InvalidRequestError, ProfileMismatchError
@@ -215,6 +222,8 @@ def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
         (INPUT_LAST, 0, head),
         (INPUT_LAST, 2, "zero-shot"),
         (INPUT_LAST, 2, head),
+        (INSTRUCTIONS_ONLY, 0, head),  # the head formats show no options: heads only
+        (INPUT_ONLY, 0, head),
     ]
     for row in rows:
         assert row["dataset"] == "sst2" and row["decode_calls"] == 1.0 and row["p50_s"] > 0
@@ -222,8 +231,9 @@ def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
         assert row["epsilon"] == (0.001 if row["method"] == "zero-shot" else 0.0)  # a head needs every answer exact
         assert row["max_bound"] == 0.0  # two answers: never worth a second call
     assert max(r["rows_per_request"] for r in rows[1:]) < rows[0]["rows_per_request"]
-    for plain, headed in zip(rows[1::2], rows[2::2]):  # the head evaluates the prompt alone: no answer trie
+    for plain, headed in zip(rows[1:9:2], rows[2:9:2]):  # the head evaluates the prompt alone: no answer trie
         assert headed["rows_per_request"] < plain["rows_per_request"]
+    assert rows[-1]["rows_per_request"] < rows[6]["rows_per_request"]  # the input alone: fewer rows than -3's head
 
 
 def test_the_head_formats_show_no_options_and_the_input_only_one_is_the_same_for_every_question():

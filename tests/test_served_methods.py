@@ -217,6 +217,6 @@ def test_a_profile_whose_pinned_prefix_leaves_no_room_for_an_input_is_refused_at
             ],
         )
 
-    assert fits_context(Decider(engine), profile(2), engine) is None
-    reason = fits_context(Decider(engine), profile(40), engine)
+    assert fits_context(Measurer(engine), profile(2), engine) is None
+    reason = fits_context(Measurer(engine), profile(40), engine)
     assert reason is not None and "raise n_ctx to at least" in reason and "pinned prefix" in reason

@@ -14,6 +14,8 @@ Printed per kernel: milliseconds for ROWS new rows after a pinned prefix of each
 --repeat calls, a different tail each time), for a PROMPT-token prompt from an empty cache, and the
 largest difference of the ROWS rows' log-probabilities between alone and beside another input in
 one call and after unrelated traffic (0 means bit for bit; only the deterministic kernels promise it).
+With --call-sizes, also what one call costs by its number of rows (a prompt from an empty cache, no
+pin): the least-squares line through them gives a call's fixed cost and its cost a row.
 """
 
 from __future__ import annotations
@@ -55,7 +57,16 @@ def _rows_after(engine: Engine, pin: list[int], tail: list[int]) -> list[np.ndar
     return engine.score_trie(pin + tail[:-1], [[tail[-1]]]).rows
 
 
-def worker(model: str, pins: list[int], rows: int, prompt: int, repeat: int, flash: bool, deterministic: bool) -> dict:
+def worker(
+    model: str,
+    pins: list[int],
+    rows: int,
+    prompt: int,
+    repeat: int,
+    flash: bool,
+    deterministic: bool,
+    call_sizes: list[int] = (),
+) -> dict:
     engine = Engine(
         EngineConfig(
             model_path=resolve_model_path(model), n_ctx=max(pins) + 1024, flash_attn=flash, deterministic=deterministic
@@ -89,6 +100,10 @@ def worker(model: str, pins: list[int], rows: int, prompt: int, repeat: int, fla
         out["max_difference"][length] = max(float(np.abs(alone - beside).max()), float(np.abs(alone - after).max()))
     tokens = _tokens(engine, prompt, salt=11)
     out["prompt_ms"] = statistics.median(engine.evaluate(tokens) * 1000 for _ in range(max(1, repeat // 2)))
+    out["call_ms"] = {
+        size: statistics.median(engine.evaluate(_tokens(engine, size, salt=12 + r)) * 1000 for r in range(repeat))
+        for size in call_sizes
+    }
     engine.close()
     return out
 
@@ -101,12 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", type=int, default=512, help="tokens of the prompt evaluated from an empty cache")
     parser.add_argument("--repeat", type=int, default=7, help="calls timed per figure (the median is printed)")
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    parser.add_argument("--call-sizes", type=int, nargs="*", default=[], help="also time calls of these many rows")
     parser.add_argument("--json", default=None, help="write the figures to this file")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         _, flash, deterministic = KERNELS[args.worker]
-        print(json.dumps(worker(args.model, args.pins, args.rows, args.prompt, args.repeat, flash, deterministic)))
+        figures = worker(
+            args.model, args.pins, args.rows, args.prompt, args.repeat, flash, deterministic, args.call_sizes
+        )
+        print(json.dumps(figures))
         return 0
     results = {}
     for name in args.kernels:
@@ -125,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             str(args.repeat),
             "--pins",
             *map(str, args.pins),
+            "--call-sizes",
+            *map(str, args.call_sizes),
         ]
         if args.model:
             command += ["--model", args.model]
@@ -147,6 +168,17 @@ def main(argv: list[str] | None = None) -> int:
             *(f"{figures['max_difference'][str(n)]:.2g}" for n in args.pins),
         )
     Console(width=200).print(table)
+    if args.call_sizes:
+        calls = Table(title="One call by its rows, from an empty cache (ms, median); fit: fixed + per row x rows")
+        for column in ("kernel", *(f"{n} rows" for n in args.call_sizes), "fixed ms", "ms a row"):
+            calls.add_column(column, justify="right")
+        for name, figures in results.items():
+            sizes = np.array(args.call_sizes, dtype=float)
+            times = np.array([figures["call_ms"][str(n)] for n in args.call_sizes])
+            per_row, fixed = np.polyfit(sizes, times, 1) if len(sizes) > 1 else (float("nan"), float("nan"))
+            figures["call_fit"] = {"fixed_ms": float(fixed), "ms_per_row": float(per_row)}
+            calls.add_row(name, *(f"{x:.0f}" for x in times), f"{fixed:.0f}", f"{per_row:.2f}")
+        Console(width=200).print(calls)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(

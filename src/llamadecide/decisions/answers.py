@@ -23,7 +23,7 @@ class OptionScore:
     # hidden state alone (the answers are not scored). Under a bound (Answer.bound > 0) an option the
     # evaluation left unexpanded gets its share of the probability its unexpanded prefix leaves.
     logprob: float | None
-    n_tokens: int
+    n_tokens: int  # tokens scored for the option (0 when the answers are not scored)
     probability: float
 
 

@@ -115,7 +115,7 @@ class Decider:
         for (index, request, plan), trie in zip(shared, scored):
             try:
                 totals = (
-                    OptionTotals(None, plan.rotations[0][1].answer_lengths, trie.hidden)
+                    OptionTotals(None, [0] * len(plan.question.options), trie.hidden)
                     if plan.how is Evaluation.HIDDEN_ONLY
                     else self.planner.combine(plan, trie)
                 )

@@ -80,7 +80,9 @@ class Measurer:
         """`hidden` for many states, their engine work shared; each the same as alone."""
         rule = Scoring(demonstrations=tuple(demonstrations), layout=check_layout(layout))
         shown_first = shown(question, rule.demonstrations, 0)
-        items = [self.planner.tokenize(render_state(state), question, shown_first, rule.layout) for state in states]
+        items = [
+            self.planner.tokens.prompt_only(render_state(state), question, shown_first, rule.layout) for state in states
+        ]
         pin = self.planner.tokens.pinned_prefix(question, rule, items[0].prompt_tokens) if items else []
         if pin:
             self.engine.pin_prefix(pin)
@@ -97,7 +99,7 @@ class Measurer:
         """What a head on the hidden state alone reads: the hidden state at the answer position,
         with only the prompt evaluated (the question prefix pinned as a decision pins it)."""
         rule = Scoring(demonstrations=tuple(demonstrations), layout=check_layout(layout))
-        item = self.planner.tokenize(
+        item = self.planner.tokens.prompt_only(
             render_state(state), question, shown(question, rule.demonstrations, 0), rule.layout
         )
         pin = self.planner.tokens.pinned_prefix(question, rule, item.prompt_tokens)

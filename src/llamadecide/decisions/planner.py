@@ -15,6 +15,7 @@ from llamadecide.decisions.answers import OptionTotals, bounded_totals
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.protocol import ScoringEngine
 from llamadecide.decisions.questions import Question
+from llamadecide.decisions.rotations import shown
 from llamadecide.decisions.rules import Demonstration, Evaluation, Scoring, evaluation
 from llamadecide.decisions.tokenized import (
     QuestionTokenizer,
@@ -73,18 +74,20 @@ class QuestionPlanner:
         plans, previous = [], []
         for question, rule in zip(questions, rules):
             rule.check()
-            rotations = self.tokens.rotations(state_text, question, rule)
-            needed = max(len(s) for _, item in rotations for s in item.sequences)
+            how = evaluation(rule, self.epsilon)
+            if how is Evaluation.HIDDEN_ONLY:  # no answer is read: the prompt alone
+                shown_first = shown(question, rule.demonstrations, 0)
+                rotations = [(0, self.tokens.prompt_only(state_text, question, shown_first, rule.layout))]
+            else:
+                rotations = self.tokens.rotations(state_text, question, rule)
+            needed = max(len(s) for _, item in rotations for s in item.sequences) + (how is Evaluation.HIDDEN_ONLY)
             if needed > self.engine.max_sequence:  # what cannot fit is refused before any work
                 raise ContextOverflowError(
-                    f"question {describe(question)}: the prompt with its longest answer needs "
-                    f"{needed} tokens but the context holds {self.engine.n_ctx} (of which "
-                    f"{self.engine.max_sequence} for a prompt with its answer; shorten the "
-                    f"input "
-                    "or the options, or raise n_ctx)",
+                    f"question {describe(question)}: the prompt with its longest answer needs {needed} tokens but "
+                    f"the context holds {self.engine.n_ctx} (of which {self.engine.max_sequence} for a prompt with "
+                    "its answer; shorten the input or the options, or raise n_ctx)",
                     param="questions",
                 )
-            how = evaluation(rule, self.epsilon)
             if how is Evaluation.HIDDEN_ONLY:
                 prompt = rotations[0][1].prompt_tokens
                 plans.append(Plan(question, rule, how, rotations, prompt, [], 0, prompt, prompt_work(previous, prompt)))
@@ -132,7 +135,6 @@ class QuestionPlanner:
             if limits is not None:
                 limits.check_time()
             fresh = self.pin([plan])
-            first = plan.rotations[0][1]
             if plan.how is Evaluation.HIDDEN_ONLY:
                 key = tuple(plan.prefix)
                 if key in states:
@@ -140,7 +142,7 @@ class QuestionPlanner:
                 else:
                     states[key] = self.engine.hidden_state(plan.prefix)
                     reused = self.engine.last_reused_tokens
-                totals.append(OptionTotals(None, first.answer_lengths, states[key]))
+                totals.append(OptionTotals(None, [0] * len(plan.question.options), states[key]))
             else:
                 trie = self.engine.score_trie(
                     plan.prefix,
