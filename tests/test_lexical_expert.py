@@ -82,12 +82,13 @@ def test_a_head_on_the_hidden_state_alone_ignores_the_log_likelihoods_and_serves
     assert Candidate("head", False, C=0.5, features=HIDDEN_ONLY).method == "head"
 
 
-def test_selection_fits_each_head_and_lexical_expert_once_and_the_memo_changes_no_result(monkeypatch):
+def test_the_fit_memo_answers_selections_repeated_fits_and_changes_no_result(monkeypatch):
     """Cross-validating the lexical and plain heads over two C values refits the same logistic
     regressions and lexical experts many times: the memo answers the repeats (counted), with the
     same held-out figures as fitting every one afresh."""
     from llamadecide.calibration import fitting
     from llamadecide.calibration.fitting import Candidate, cross_validated
+    from llamadecide.calibration.memo import FitMemo
     from llamadecide.decisions.maths import HIDDEN_ONLY
 
     rng = np.random.default_rng(0)
@@ -101,12 +102,12 @@ def test_selection_fits_each_head_and_lexical_expert_once_and_the_memo_changes_n
     def run() -> list[dict]:
         return [cross_validated(L, None, y, c, hidden=hidden, texts=texts if c.lexical else None) for c in grid]
 
-    monkeypatch.setattr(fitting, "HEAD_FITS", fitting.FitMemo(0))
-    monkeypatch.setattr(fitting, "LEXICAL_FITS", fitting.FitMemo(0))
+    monkeypatch.setattr(fitting, "HEAD_FITS", FitMemo(0))
+    monkeypatch.setattr(fitting, "LEXICAL_FITS", FitMemo(0))
     afresh = run()
     assert fitting.HEAD_FITS.hits == 0
-    monkeypatch.setattr(fitting, "HEAD_FITS", fitting.FitMemo(96))
-    monkeypatch.setattr(fitting, "LEXICAL_FITS", fitting.FitMemo(48))
+    monkeypatch.setattr(fitting, "HEAD_FITS", FitMemo(96))
+    monkeypatch.setattr(fitting, "LEXICAL_FITS", FitMemo(48))
     memoised = run()
     assert fitting.HEAD_FITS.hits >= 10  # each C's outer-fold heads, fitted for the plain and the lexical candidate
     assert fitting.LEXICAL_FITS.hits >= 20  # every lexical expert of the second C (outer and inner folds)

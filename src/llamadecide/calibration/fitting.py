@@ -6,20 +6,18 @@ lexical expert on the input text."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import threading
 import warnings
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 from sklearn.model_selection import StratifiedKFold
 
+from llamadecide.calibration.memo import FitMemo, digest
 from llamadecide.decisions.lexical import LexicalModel, fit_lexical
 from llamadecide.decisions.maths import (
     HIDDEN_ONLY,
@@ -30,53 +28,6 @@ from llamadecide.decisions.maths import (
 )
 
 Kind = Literal["none", "temperature", "temperature+bias", "head"]
-T = TypeVar("T")
-
-
-class FitMemo:
-    """Fits already made, by a digest of their inputs. Selection refits the same thing many times: a
-    head's logistic regression for each lexical variant of a candidate, a lexical expert for each C
-    (and both again in the inner folds of the mix). A fit is a pure function of its inputs, so the
-    memo changes no result; it is bounded (least recently used out) and thread-safe."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[bytes, object] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-
-    def get(self, key: bytes, make: Callable[[], T]) -> T:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                self.hits += 1
-                return self._items[key]  # type: ignore[return-value]
-        value = make()
-        with self._lock:
-            self._items[key] = value
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return value
-
-
-def digest(*parts: object) -> bytes:
-    """A digest of arrays, texts and numbers, for `FitMemo` keys."""
-    h = hashlib.blake2b(digest_size=20)
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            array = np.ascontiguousarray(part)
-            h.update(f"{array.dtype.str}{array.shape}".encode())
-            h.update(array.data)
-        elif isinstance(part, (list, tuple)):
-            h.update(f"[{len(part)}]".encode())
-            for item in part:
-                h.update(str(item).encode("utf-8", "surrogatepass") + b"\x00")
-        else:
-            h.update(repr(part).encode())
-        h.update(b"|")
-    return h.digest()
-
-
 HEAD_FITS = FitMemo(96)  # a Banking77 head is about 1 MB
 LEXICAL_FITS = FitMemo(48)  # a lexical expert holds its n-gram vocabulary's weights (about 10 MB)
 

@@ -102,20 +102,13 @@ class Decider:
             except (LlamaDecideError, ValueError) as exc:
                 out[index] = exc
         fresh = self.planner.pin([plan for _, _, plan in shared])
-        jobs = [
-            Job(
-                plan.prefix,
-                plan.continuations if plan.how is not Evaluation.HIDDEN_ONLY else (),
-                hidden=plan.rule.head is not None,
-            )
-            for _, _, plan in shared
-        ]
+        jobs = [Job(plan.prefix, plan.continuations, hidden=plan.rule.head is not None) for _, _, plan in shared]
         scored = self.engine.score_many(jobs) if jobs else []
         seconds = time.perf_counter() - began
         for (index, request, plan), trie in zip(shared, scored):
             try:
                 totals = (
-                    OptionTotals(None, [0] * len(plan.question.options), trie.hidden)
+                    self.planner.hidden_totals(plan, trie.hidden)
                     if plan.how is Evaluation.HIDDEN_ONLY
                     else self.planner.combine(plan, trie)
                 )
@@ -147,12 +140,7 @@ class Decider:
             prior = self.prior(question, rule) if rule.prior_correction else None
             answers.append(build_answer(question, item, rule, prior=prior, state_text=request.state_text))
         work = sum((plan.work for plan in plans), Work())
-        sequences = [
-            s
-            for plan in plans
-            for _, item in plan.rotations
-            for s in (item.sequences if plan.how is not Evaluation.HIDDEN_ONLY else [item.prompt_tokens])
-        ]
+        sequences = [s for plan in plans for _, item in plan.rotations for s in item.sequences]
         shared = min(split_point([item for plan in plans for _, item in plan.rotations]), common_prefix(sequences))
         return Decision(answers, work.tokens, shared, seconds, {"cached_tokens": min(cached, work.tokens)})
 

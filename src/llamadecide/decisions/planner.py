@@ -80,7 +80,9 @@ class QuestionPlanner:
                 rotations = [(0, self.tokens.prompt_only(state_text, question, shown_first, rule.layout))]
             else:
                 rotations = self.tokens.rotations(state_text, question, rule)
-            needed = max(len(s) for _, item in rotations for s in item.sequences) + (how is Evaluation.HIDDEN_ONLY)
+            longest = max(len(s) for _, item in rotations for s in item.sequences)
+            # a head's prompt is held to the bound of a prompt with a one-token answer
+            needed = longest + 1 if how is Evaluation.HIDDEN_ONLY else longest
             if needed > self.engine.max_sequence:  # what cannot fit is refused before any work
                 raise ContextOverflowError(
                     f"question {describe(question)}: the prompt with its longest answer needs {needed} tokens but "
@@ -142,7 +144,7 @@ class QuestionPlanner:
                 else:
                     states[key] = self.engine.hidden_state(plan.prefix)
                     reused = self.engine.last_reused_tokens
-                totals.append(OptionTotals(None, [0] * len(plan.question.options), states[key]))
+                totals.append(self.hidden_totals(plan, states[key]))
             else:
                 trie = self.engine.score_trie(
                     plan.prefix,
@@ -155,6 +157,11 @@ class QuestionPlanner:
             cached += max(0, reused - max(common_prefix([previous, plan.held]), fresh.get(id(plan), 0)))
             previous = plan.held
         return totals, plans, cached
+
+    @staticmethod
+    def hidden_totals(plan: Plan, hidden: np.ndarray) -> OptionTotals:
+        """What a head on the hidden state alone reads: no answer scored (0 tokens each), the state."""
+        return OptionTotals(None, [0] * len(plan.question.options), hidden)
 
     @staticmethod
     def combine(plan: Plan, trie: TrieScores) -> OptionTotals:
