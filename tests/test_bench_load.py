@@ -1,12 +1,14 @@
 """The load benchmark's pure parts, and one short real run against the server."""
 
 import asyncio
+import json
 
 import pytest
 
 from conftest import API_KEY
 from llamadecide.bench.load import Record, cost_table, floor_figures, load_prices, parse_choice, run_level, summarise
 from llamadecide.calibration.data import TASKS_DIR, LabelledItem, load_task
+from llamadecide.errors import InvalidRequestError
 
 
 def test_parse_choice_finds_the_named_option_or_none():
@@ -37,6 +39,28 @@ def test_cost_per_thousand_requests():
     assert large["usd_per_1000"] == pytest.approx(1000 * large["usd_per_hour"] / (3600 * 2.0))
     assert rows["ml.c5.xlarge"]["requests_per_second"] == 4.0
     assert rows["ml.g5.xlarge"]["usd_per_1000"] is None and "no GPU" in rows["ml.g5.xlarge"]["basis"]
+    measured = {r["instance_type"]: r for r in cost_table(prices, cpu_rps=2.0, cpu_vcpu=2, gpu_rps=10.0)}
+    assert measured["ml.g5.xlarge"]["usd_per_1000"] == pytest.approx(1000 * 1.408 / (3600 * 10.0))
+    big = {
+        r["instance_type"]: r for r in cost_table(prices, cpu_rps=2.0, cpu_vcpu=2, gpu_rps=None, model_bytes=4 * 2**30)
+    }
+    assert big["ml.c5.large"]["usd_per_1000"] is None and "does not fit" in big["ml.c5.large"]["basis"]
+    assert big["ml.c5.2xlarge"]["usd_per_1000"] is not None  # 16 GiB holds 4 GiB and the margin
+
+
+@pytest.mark.parametrize(
+    ("table", "complaint"),
+    [
+        ({"instances": []}, "non-empty"),
+        ({"instances": [{"instance_type": "ml.x", "vcpu": 2}]}, "lacks usd_per_hour"),
+        ({"instances": [{"instance_type": "ml.x", "vcpu": "two", "usd_per_hour": 1}]}, "must be numbers"),
+    ],
+)
+def test_a_price_table_without_what_costs_need_is_refused(tmp_path, table, complaint):
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps(table))
+    with pytest.raises(InvalidRequestError, match=complaint):
+        load_prices(path)
 
 
 def test_a_short_real_run(server):

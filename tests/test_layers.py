@@ -20,7 +20,8 @@ PACKAGES = {
     "server": 4,
     "sagemaker": 5,
     "bench": 5,
-    "cli": 6,
+    "planning": 6,
+    "cli": 7,
 }
 # Inside the engine, module by module.
 ENGINE = {

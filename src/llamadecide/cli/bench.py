@@ -97,6 +97,7 @@ def bench_command(
         data = REPOSITORY_DATA
     try:
         the_task = load_task(task)
+        table_prices = load_prices(prices)  # refused now, not after the measuring
     except LlamaDecideError as exc:
         raise fail(exc.message) from exc
     labelled = read_labelled(data, text_column=text_column, label_column=label_column)
@@ -111,6 +112,8 @@ def bench_command(
         "levels": [],
         "threads": [],
         "machine": {"cpus": os.cpu_count()},
+        # What `plan --gpu-results` matches a model by; unknown for a server started elsewhere.
+        "model": model or (None if url else _default_model()),
     }
     records_file = (out / "records.jsonl").open("w")
 
@@ -244,7 +247,6 @@ def bench_command(
     best_cpu = max(cpu_decisions, key=lambda r: r["throughput_rps"])
     gpu_decisions = [r for r in results["levels"] if r["device"].startswith("gpu") and r["kind"] == "decision"]
     best_gpu = max(gpu_decisions, key=lambda r: r["throughput_rps"]) if gpu_decisions else None
-    table_prices = load_prices(prices)
     results["cost"] = {
         "source": table_prices["source"],
         "best_cpu_concurrency": best_cpu["concurrency"],
@@ -260,6 +262,14 @@ def bench_command(
     plot(results, out / "latency_throughput.png")
     print_tables(results, console)
     console.print(f"wrote {out}/results.json, results.md, latency_throughput.png, records.jsonl")
+
+
+def _default_model() -> str:
+    """What a server started without --model serves: the GGUF under /opt/ml/model, else the default."""
+    from llamadecide.engine.model_files import default_model_name, first_gguf, model_dir
+
+    found = first_gguf(model_dir())
+    return str(found) if found is not None else default_model_name()
 
 
 def _gpu_build() -> bool:

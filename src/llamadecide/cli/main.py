@@ -13,6 +13,7 @@ from llamadecide.cli.calibrate import calibrate_command, compare_command
 from llamadecide.cli.decide import decide_command
 from llamadecide.cli.deploy import deploy_app
 from llamadecide.cli.models import models_command
+from llamadecide.cli.plan import plan_command
 from llamadecide.cli.serve import serve_command
 
 # Help piped to a file or another program is not cut to 80 columns (in a terminal it fits the terminal).
@@ -28,6 +29,7 @@ app.command("calibrate")(calibrate_command)
 app.command("compare")(compare_command)
 app.command("bench")(bench_command)
 app.command("models")(models_command)
+app.command("plan")(plan_command)
 app.add_typer(deploy_app, name="deploy")
 
 

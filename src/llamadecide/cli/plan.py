@@ -1,0 +1,128 @@
+"""`llamadecide plan`: calibrate and serve each model on the same task, price it per instance, recommend."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from llamadecide.cli.calibrate import DEFAULTS
+from llamadecide.cli.common import CtxOption, ThreadsOption, fail, wide_console
+
+
+def plan_command(
+    data: Annotated[Path, typer.Argument(help="Labelled file: CSV, TSV or JSONL")],
+    task: Annotated[str, typer.Option("--task", help="Task file (YAML or JSON), or a packaged task name")],
+    text_column: Annotated[
+        str, typer.Option("--text-column", help="Column (name, or index) holding the text")
+    ] = "text",
+    label_column: Annotated[str, typer.Option("--label-column", help="Column holding the gold label")] = "label",
+    models: Annotated[
+        list[str],
+        typer.Option(
+            "--model", "-m", help="Bundled model name or GGUF path (repeat; default: every installed bundled model)"
+        ),
+    ] = [],
+    target_precision: Annotated[
+        float, typer.Option("--target-precision", help="Precision the automatically handled answers must reach")
+    ] = DEFAULTS.target_precision,
+    confidence_level: Annotated[
+        float, typer.Option("--confidence", help="Confidence of that guarantee")
+    ] = DEFAULTS.confidence_level,
+    min_auto_share: Annotated[
+        Optional[float],
+        typer.Option(
+            "--min-auto-share",
+            min=0.0,
+            max=1.0,
+            help="Share of items a recommended model must handle automatically (default: the best share any "
+            "model reaches, less 5 points)",
+        ),
+    ] = None,
+    calibration_size: Annotated[
+        Optional[int], typer.Option("--calibration-size", help="Items to fit on (default: a third)")
+    ] = DEFAULTS.calibration_size,
+    test_size: Annotated[
+        Optional[int], typer.Option("--test-size", help="Items to measure on (default: the rest)")
+    ] = DEFAULTS.test_size,
+    seed: Annotated[int, typer.Option("--seed", help="Split seed")] = DEFAULTS.seed,
+    row_budget: Annotated[
+        int, typer.Option("--row-budget", min=0, help="calibrate's row budget, per model (0: no limit)")
+    ] = DEFAULTS.row_budget or 0,
+    requests: Annotated[int, typer.Option("--requests", min=1, help="Measured requests per concurrency level")] = 32,
+    concurrency: Annotated[
+        list[int], typer.Option("--concurrency", min=1, help="Concurrency levels served (repeat)")
+    ] = [1, 8],
+    prices: Annotated[
+        Optional[Path], typer.Option("--prices", help="Price table JSON (default: the shipped one)")
+    ] = None,
+    gpu_results: Annotated[
+        list[Path],
+        typer.Option(
+            "--gpu-results",
+            help="results.json of `llamadecide bench --gpu on --model M` on a GPU machine (repeat): prices GPU "
+            "instances for that model; without one a GPU instance is 'not measured'",
+        ),
+    ] = [],
+    out: Annotated[Path, typer.Option("--out", help="Output directory (plan.json, report.html, models/)")] = Path(
+        "plan-out"
+    ),
+    n_ctx: CtxOption = None,
+    threads: ThreadsOption = None,
+) -> None:
+    """Which model on which instance handles a task at a precision for the least money: calibrate and serve
+    each model, price it per instance, recommend. Resumable: rerun the same command after an interruption."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from llamadecide.bench.load import load_prices
+    from llamadecide.calibration.data import file_fingerprint, load_task, read_labelled
+    from llamadecide.errors import LlamaDecideError
+    from llamadecide.planning.report import pareto_plot, print_plan, write_html
+    from llamadecide.planning.run import PlanConfig, check_models, installed_models, plan, read_gpu_results
+
+    console = wide_console(140)
+    try:  # everything the user passed is checked before a model loads
+        the_task = load_task(task)
+        items = read_labelled(data, text_column=text_column, label_column=label_column)
+        chosen = check_models(tuple(models) or installed_models())
+        table = load_prices(prices)
+        gpu = read_gpu_results(gpu_results, the_task)
+        config = PlanConfig(
+            out_dir=out,
+            models=chosen,
+            run=dataclasses.replace(
+                DEFAULTS,
+                calibration_size=calibration_size,
+                test_size=test_size,
+                seed=seed,
+                target_precision=target_precision,
+                confidence_level=confidence_level,
+                row_budget=row_budget or None,
+                dataset_fingerprint=file_fingerprint(data, text_column, label_column),
+                show_progress=False,
+            ),
+            concurrency=tuple(concurrency),
+            requests=requests,
+            n_ctx=n_ctx,
+            n_threads=threads,
+            min_auto_share=min_auto_share,
+        )
+        with Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+        ) as progress:
+            bar = progress.add_task(f"{len(chosen)} models", total=len(chosen))
+
+            def on_step(model: str, step: str) -> None:
+                progress.update(bar, description=f"{model}: {step}")
+                if step in ("done", "failed"):
+                    progress.advance(bar)
+
+            result = plan(the_task, items, config, table, gpu, on_step=on_step)
+    except LlamaDecideError as exc:
+        raise fail(exc.message) from exc
+    pareto_plot(result, out / "pareto.png")
+    write_html(result, out)
+    print_plan(result, console)
+    console.print(f"wrote {out}/plan.json, {out}/report.html, {out}/pareto.png, {out}/models/")

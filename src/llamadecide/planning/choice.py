@@ -1,0 +1,134 @@
+"""Which model on which instance: the cost of a decision handled automatically, the Pareto front of
+cost against automatically handled share, and the recommendation rule."""
+
+from __future__ import annotations
+
+from llamadecide.bench.load import cost_table
+
+AUTO_SHARE_MARGIN = 0.05  # default rule: within 5 points of the best share any model reaches
+
+
+def instance_rows(
+    prices: dict,
+    *,
+    throughput_rps: float,
+    cpu_vcpu: int,
+    auto_share: float | None,
+    model_bytes: int | None,
+    gpu_rps: float | None = None,
+    gpu_basis: str = "measured on GPU",
+) -> list[dict]:
+    """Per instance: dollars per 1,000 decisions (the bench's cost table) and per 1,000 decisions
+    handled automatically (every request is paid for, only `auto_share` of them act alone)."""
+    rows = []
+    for row in cost_table(
+        prices,
+        cpu_rps=throughput_rps,
+        cpu_vcpu=cpu_vcpu,
+        gpu_rps=gpu_rps,
+        gpu_basis=gpu_basis,
+        model_bytes=model_bytes,
+    ):
+        usd = row["usd_per_1000"]
+        rows.append(
+            {
+                "name": row["instance_type"],
+                "vcpu": row["vcpu"],
+                "gpu": row.get("gpu"),
+                "usd_per_hour": row["usd_per_hour"],
+                "requests_per_second": row["requests_per_second"],
+                "usd_per_1000": usd,
+                "usd_per_1000_auto": usd / auto_share if usd is not None and auto_share else None,
+                "basis": row["basis"],
+            }
+        )
+    return rows
+
+
+def priced(models: list[dict]) -> list[tuple[dict, dict]]:
+    """(model, instance) pairs with a cost per 1,000 automatically handled decisions."""
+    return [
+        (model, instance)
+        for model in models
+        if not model.get("error") and model.get("threshold") is not None
+        for instance in model["instances"]
+        if instance["usd_per_1000_auto"] is not None
+    ]
+
+
+def pareto_front(models: list[dict]) -> list[tuple[str, str]]:
+    """(model, instance) pairs no other pair beats on both cost per 1,000 automatically handled
+    decisions and automatically handled share."""
+    pairs = priced(models)
+    front = []
+    for model, instance in pairs:
+        cost, share = instance["usd_per_1000_auto"], model["auto_share"]
+        dominated = any(
+            other_i["usd_per_1000_auto"] <= cost
+            and other_m["auto_share"] >= share
+            and (other_i["usd_per_1000_auto"] < cost or other_m["auto_share"] > share)
+            for other_m, other_i in pairs
+        )
+        if not dominated:
+            front.append((model["model"], instance["name"]))
+    return front
+
+
+def recommend(models: list[dict], target_precision: float, min_auto_share: float | None = None) -> dict:
+    """The cheapest (model, instance) per 1,000 automatically handled decisions among models whose
+    threshold reaches the target precision on at least the required share; the runner-up is the
+    cheapest such pair on another model (else on another instance), with why it lost."""
+    reaching = [m for m in models if not m.get("error") and m.get("threshold") is not None]
+    if not reaching:
+        return {
+            "choice": None,
+            "rule": f"precision {target_precision} reached by a threshold",
+            "why": f"no model reaches precision {target_precision} at any threshold with the stated confidence "
+            "(more labelled items, a lower target or a stronger model)",
+        }
+    best_share = max(m["auto_share"] for m in reaching)
+    required = min_auto_share if min_auto_share is not None else max(0.0, best_share - AUTO_SHARE_MARGIN)
+    rule = (
+        f"cheapest per 1,000 automatically handled decisions at precision {target_precision}, "
+        f"handling at least {required:.1%} automatically"
+        + ("" if min_auto_share is not None else f" (the best share, {best_share:.1%}, less 5 points)")
+    )
+    candidates = sorted(
+        (pair for pair in priced(reaching) if pair[0]["auto_share"] >= required - 1e-12),
+        key=lambda pair: (pair[1]["usd_per_1000_auto"], -pair[0]["auto_share"]),
+    )
+    if not candidates:
+        return {"choice": None, "rule": rule, "why": "no model with a priced instance handles that share"}
+    model, instance = candidates[0]
+    choice = _pair(model, instance)
+    others = [pair for pair in candidates[1:] if pair[0]["model"] != model["model"]] or candidates[1:]
+    runner_up = None
+    if others:
+        second_model, second_instance = others[0]
+        runner_up = _pair(second_model, second_instance)
+        ratio = second_instance["usd_per_1000_auto"] / instance["usd_per_1000_auto"]
+        runner_up["why"] = (
+            f"{ratio:.2f}x the cost per 1,000 automatically handled decisions "
+            f"({second_model['auto_share']:.1%} handled automatically against {model['auto_share']:.1%})"
+        )
+    left_out = sorted(m["model"] for m in reaching if m["auto_share"] < required - 1e-12)
+    why = (
+        f"{model['model']} on {instance['name']}: {instance['usd_per_1000_auto']:.4f} USD per 1,000 automatically "
+        f"handled decisions, {model['auto_share']:.1%} of test items handled automatically at threshold "
+        f"{model['threshold']:.2f} ({instance['basis']})"
+    )
+    if left_out:
+        why += f"; below the required share: {', '.join(left_out)}"
+    return {"choice": choice, "runner_up": runner_up, "rule": rule, "required_auto_share": required, "why": why}
+
+
+def _pair(model: dict, instance: dict) -> dict:
+    return {
+        "model": model["model"],
+        "instance": instance["name"],
+        "usd_per_1000": instance["usd_per_1000"],
+        "usd_per_1000_auto": instance["usd_per_1000_auto"],
+        "auto_share": model["auto_share"],
+        "accuracy": model["accuracy"],
+        "basis": instance["basis"],
+    }
