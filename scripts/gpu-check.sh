@@ -2,7 +2,7 @@
 # GPU checks in one call, for a machine with an NVIDIA GPU (e.g. the device lent to a session):
 # builds llama-cpp-python with CUDA (the README's command), runs the engine and scoring tests with
 # every layer offloaded (their determinism and batching checks measure what CUDA's kernels hold), the
-# prompt-layout benchmark, `llamadecide bench --gpu on` and its batched throughput at concurrency
+# prompt-format benchmark, `llamadecide bench --gpu on` and its batched throughput at concurrency
 # 1/8/32 with decisions one at a time and sharing calls, and writes
 # every figure and log under OUTDIR. On a machine without a GPU it says so and exits 0.
 # Usage: scripts/gpu-check.sh OUTDIR
@@ -28,8 +28,8 @@ step build env LLAMADECIDE_CMAKE_EXTRA=-DGGML_CUDA=on bash scripts/install.sh te
 step models .venv/bin/python -m pip install --quiet -e ".[test,models]"
 step offload .venv/bin/python -c "import llama_cpp; assert llama_cpp.llama_supports_gpu_offload(), 'no GPU offload in this build'"
 step tests env LLAMADECIDE_N_GPU_LAYERS=-1 .venv/bin/python -m pytest -q tests/test_engine_model.py \
-  tests/test_scoring_model.py tests/test_layouts.py tests/test_demonstrations.py tests/test_determinism.py tests/test_batching.py
-step layouts .venv/bin/python -m llamadecide.bench.layouts --dataset agnews sst2 banking77 --items 40 --n-gpu-layers -1 \
+  tests/test_scoring_model.py tests/test_prompt_formats.py tests/test_demonstrations.py tests/test_determinism.py tests/test_batching.py
+step prompt_formats .venv/bin/python -m llamadecide.bench.prompt_formats --dataset agnews sst2 banking77 --items 40 --n-gpu-layers -1 \
   --json "$out/layouts-gpu.json"
 step bench .venv/bin/llamadecide bench --gpu on --model qwen2.5-coder-1.5b-instruct --out "$out/bench"
 # Shared decode calls: throughput by concurrency with requests evaluated one at a time and together.

@@ -14,7 +14,7 @@ import pytest
 from conftest import API_KEY
 from llamadecide.bulk import decide_file, done_lines, read_inputs
 from llamadecide.decisions import Decider, DecisionInput, Head, Scoring, choice, maths, predicate
-from llamadecide.engine import Job
+from llamadecide.engine import ScoringInput
 from llamadecide.errors import ContextOverflowError
 
 EXACT = 1e-6
@@ -44,7 +44,7 @@ def test_the_engine_scores_many_inputs_in_shared_calls_each_as_alone(engine):
     jobs = []
     for i, text in enumerate(_texts(200)):
         prompt = pinned + chat(text)[1:] if i % 2 else chat(text)
-        jobs.append(Job(prompt) if i % 5 == 0 else Job(prompt, answers, hidden=i % 3 == 0))
+        jobs.append(ScoringInput(prompt) if i % 5 == 0 else ScoringInput(prompt, answers, hidden=i % 3 == 0))
     before = dict(engine.counters)
     together = engine.score_many(jobs)
     calls = engine.counters["decode_calls"] - before["decode_calls"]
@@ -68,7 +68,7 @@ def test_decide_many_equals_decide_and_keeps_a_bad_request_to_itself(engine):
     head = Head(rng.normal(scale=0.05, size=(4, width)), rng.normal(size=4), features=maths.HIDDEN_ONLY)
     topic = choice("Which team?", TEAMS)
     requests = [DecisionInput(text, [topic]) for text in _texts(12)]
-    requests += [DecisionInput(text, [topic], Scoring(layout="llamadecide-3", head=head)) for text in _texts(6)]
+    requests += [DecisionInput(text, [topic], Scoring(prompt_format="llamadecide-3", head=head)) for text in _texts(6)]
     requests += [
         DecisionInput("word " * 5000, [topic]),  # cannot fit the context
         DecisionInput("I want a refund.", [topic, predicate("The customer is angry.")]),

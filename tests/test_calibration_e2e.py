@@ -91,7 +91,7 @@ def test_local_run_writes_report_plots_and_profile(local_run):
     profile = CalibrationProfile.load(out / "profile.json")
     assert len(profile.model_sha256) == 64 and profile.temperature > 0
     assert profile.prompt_format == summary["prompt_format"] in ("llamadecide-1", "llamadecide-2", "llamadecide-3")
-    assert profile.scoring().layout == profile.prompt_format
+    assert profile.scoring().prompt_format == profile.prompt_format
     # A prior-corrected profile serves the prior it was fitted with.
     assert (profile.prior is not None) == profile.prior_correction
     if profile.prior is not None:
@@ -234,7 +234,7 @@ def test_scoring_plans_within_a_row_budget():
     from llamadecide.calibration.variants import Variant, plan_scoring
 
     used = np.arange(1000)
-    cheap, many = Variant("text", layout="llamadecide-3"), Variant("text")
+    cheap, many = Variant("text", prompt_format="llamadecide-3"), Variant("text")
     costs = {many: (700.0, 650.0), cheap: (400.0, 30.0)}
     everything = plan_scoring([many, cheap], costs, used, (used[:700], used[700:]), 10**7, {cheap}, 0)
     assert all(len(idx) == 1000 for idx in everything.answered.values()) and not everything.hidden_variants
@@ -256,7 +256,7 @@ def test_over_its_budget_a_run_compares_every_candidate_on_the_answered_items(tm
         calibration_size=30,
         test_size=10,
         show_progress=False,
-        layouts=("llamadecide-1", "llamadecide-3"),
+        prompt_formats=("llamadecide-1", "llamadecide-3"),
         shots_per_class=(),
         lexical=False,
         prior_correction=False,
@@ -275,7 +275,7 @@ def test_over_its_budget_a_run_compares_every_candidate_on_the_answered_items(tm
 
 
 def test_the_head_formats_are_measured_as_heads_on_the_hidden_state_alone(engine, slice_file, tmp_path):
-    """`--layout llamadecide-5`: hidden states on every item, never an answer; its only candidates are
+    """`--prompt-format llamadecide-5`: hidden states on every item, never an answer; its only candidates are
     heads on the hidden state alone, priced (weighted rows per decision) below the state-first answers."""
     items = read_labelled(slice_file, text_column="0", label_column="1")
     config = RunConfig(
@@ -283,14 +283,14 @@ def test_the_head_formats_are_measured_as_heads_on_the_hidden_state_alone(engine
         calibration_size=20,
         test_size=20,
         show_progress=False,
-        layouts=("llamadecide-1", "llamadecide-5"),
+        prompt_formats=("llamadecide-1", "llamadecide-5"),
         lexical=False,
         prior_correction=False,
     )
     summary = calibrate(LocalBackend(engine), load_task("agnews"), items, config)
     assert summary["scoring"]["hidden_state_on_every_item"] == ["text mode, llamadecide-5"]
     assert set(summary["scoring"]["answers_scored"]) == {"text mode"}
-    formats = [c for c in summary["candidates"] if c["layout"] == "llamadecide-5"]
+    formats = [c for c in summary["candidates"] if c["prompt_format"] == "llamadecide-5"]
     assert formats and all(c["kind"] == "head" and c["features"] == "hidden-1" for c in formats)
-    state_first = [c for c in summary["candidates"] if c["layout"] == "llamadecide-1" and c["kind"] == "none"]
+    state_first = [c for c in summary["candidates"] if c["prompt_format"] == "llamadecide-1" and c["kind"] == "none"]
     assert max(c["served_rows"] for c in formats) < min(c["served_rows"] for c in state_first)

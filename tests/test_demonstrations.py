@@ -36,7 +36,7 @@ SENTIMENT = choice("What is the sentiment of this movie review?", ["positive", "
 SHOWN = (Demonstration("A tedious, joyless slog.", 1), Demonstration("Funny, warm and beautifully shot.", 0))
 
 
-def test_demonstrations_are_earlier_exchanges_in_the_same_layout():
+def test_demonstrations_are_earlier_exchanges_in_the_same_prompt_format():
     plain = build_messages(REVIEW, SENTIMENT)
     assert [m["role"] for m in plain] == ["system", "user"]
     shown = build_messages(REVIEW, SENTIMENT, [("A slog.", "negative"), ("A joy.", "positive")])
@@ -127,26 +127,41 @@ class RecordingBackend:
 
     def __init__(self):
         self.calls: list[tuple[str, tuple[str, ...]]] = []
-        self.layouts: list[tuple[str, str]] = []  # (text, prompt format) of every call
+        self.prompt_formats: list[tuple[str, str]] = []  # (text, prompt format) of every call
 
     def identity(self) -> str:
         return "recording"
 
-    def score(self, text, question, *, rotations=1, hidden=False, demonstrations=(), layout="llamadecide-1"):
-        self.layouts.append((text, layout))
-        if layout == "llamadecide-1":
+    def score(self, text, question, *, rotations=1, hidden=False, demonstrations=(), prompt_format="llamadecide-1"):
+        self.prompt_formats.append((text, prompt_format))
+        if prompt_format == "llamadecide-1":
             self.calls.append((text, tuple(d.input for d in demonstrations)))
         return ItemScores([-1.0 - len(demonstrations), -2.0], [1, 1])
 
     def score_many(
-        self, texts, question, *, rotations=1, hidden=False, demonstrations=(), layout="llamadecide-1", answers=True
+        self,
+        texts,
+        question,
+        *,
+        rotations=1,
+        hidden=False,
+        demonstrations=(),
+        prompt_format="llamadecide-1",
+        answers=True,
     ):
         return [
-            self.score(t, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations, layout=layout)
+            self.score(
+                t,
+                question,
+                rotations=rotations,
+                hidden=hidden,
+                demonstrations=demonstrations,
+                prompt_format=prompt_format,
+            )
             for t in texts
         ]
 
-    def content_free(self, question, *, rotations=1, demonstrations=(), layout="llamadecide-1"):
+    def content_free(self, question, *, rotations=1, demonstrations=(), prompt_format="llamadecide-1"):
         return np.zeros((2, 2)), None
 
 
@@ -161,7 +176,7 @@ def test_calibration_scores_a_demonstration_with_the_others_only(tmp_path):
         task,
         items,
         used,
-        RunConfig(out_dir=tmp_path, shots=2, head=False, layouts=("llamadecide-1",)),
+        RunConfig(out_dir=tmp_path, shots=2, head=False, prompt_formats=("llamadecide-1",)),
         cache,
         pool=np.arange(8),
     )
@@ -204,7 +219,7 @@ def test_question_first_demonstrations_are_never_scored_nor_fitted_on(tmp_path):
         pool=np.arange(8),
     )
     cache.close()
-    assert [(v.layout, v.shots) for v in scored] == [
+    assert [(v.prompt_format, v.shots) for v in scored] == [
         ("llamadecide-1", 0),
         ("llamadecide-2", 0),
         ("llamadecide-2", 4),
@@ -214,7 +229,9 @@ def test_question_first_demonstrations_are_never_scored_nor_fitted_on(tmp_path):
     many = list(scored)[2]
     shown = scored[many].shown
     assert len(shown) == 4 and set(shown) <= set(range(8)) and list(demonstration_items(scored)) == sorted(shown)
-    question_first = [text for text, layout in backend.layouts if layout == "llamadecide-2"]  # (-3 alike)
+    question_first = [
+        text for text, prompt_format in backend.prompt_formats if prompt_format == "llamadecide-2"
+    ]  # (-3 alike)
     assert sum(text in question_first for text in (items[i].text for i in shown)) == len(shown)  # zero-shot only
     assert len(question_first) == 12 + 12 - len(shown)
 

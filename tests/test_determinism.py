@@ -65,19 +65,19 @@ def _requests(engine: Engine) -> list[tuple[str, list, Scoring, float]]:
         (long_state, [choice("Which team?", teams[:4]), predicate("The parcel is lost.")], Scoring(), 0.0),
         (ticket, [score("How urgent?", ["low", "medium", "high"])], Scoring(), 0.0),
         (ticket, [choice("Which team?", teams[:4], mode="labels")], Scoring(rotations=2), 0.0),
-        (ticket, [choice("Which team?", teams)], Scoring(layout="llamadecide-2"), 0.0),
-        (long_state, [choice("Which team?", teams)], Scoring(layout="llamadecide-3", demonstrations=shots), 0.0),
+        (ticket, [choice("Which team?", teams)], Scoring(prompt_format="llamadecide-2"), 0.0),
+        (long_state, [choice("Which team?", teams)], Scoring(prompt_format="llamadecide-3", demonstrations=shots), 0.0),
         (
             "Where is my parcel?",
             [choice("Which team?", teams)],
-            Scoring(layout="llamadecide-2", demonstrations=shots),
+            Scoring(prompt_format="llamadecide-2", demonstrations=shots),
             0.0,
         ),
         (
             ticket,
             [choice("Which team?", teams)],
             Scoring(
-                layout="llamadecide-3",
+                prompt_format="llamadecide-3",
                 head=Head(rng.normal(scale=0.05, size=(6, width)), rng.normal(size=6), features=maths.HIDDEN_ONLY),
             ),
             0.0,
@@ -89,7 +89,7 @@ def _requests(engine: Engine) -> list[tuple[str, list, Scoring, float]]:
             0.0,
         ),
         ("My card has not arrived yet.", [intents], Scoring(), 0.0),
-        ("My card has not arrived yet.", [intents], Scoring(layout="llamadecide-3"), 0.2),
+        ("My card has not arrived yet.", [intents], Scoring(prompt_format="llamadecide-3"), 0.2),
     ]
 
 

@@ -23,6 +23,21 @@ def test_defaults_are_sagemakers(monkeypatch, tmp_path):
     monkeypatch.setenv("LLAMADECIDE_MODEL_DIR", str(tmp_path))
     settings = sagemaker_settings()
     assert (settings.host, settings.port, settings.profiles_dir) == ("0.0.0.0", 8080, tmp_path / "profiles")
+    assert settings.open_invocations
+
+
+def test_the_containers_defaults_give_way_to_every_other_source(monkeypatch, tmp_path):
+    from llamadecide.sagemaker.serve import sagemaker_settings
+
+    for key in ("LLAMADECIDE_HOST", "LLAMADECIDE_PORT", "SM_LLAMA_CPP_PORT", "SM_LLAMA_CPP_HOST"):
+        monkeypatch.delenv(key, raising=False)
+    config = tmp_path / "settings.json"
+    config.write_text(json.dumps({"port": 9100}))
+    monkeypatch.setenv("LLAMADECIDE_CONFIG", str(config))
+    monkeypatch.setenv("SM_LLAMA_CPP_HOST", "127.0.0.2")
+    monkeypatch.setenv("LLAMADECIDE_OPEN_INVOCATIONS", "false")
+    settings = sagemaker_settings()
+    assert (settings.host, settings.port, settings.open_invocations) == ("127.0.0.2", 9100, False)
 
 
 def test_entrypoint_with_a_sagemaker_environment(tmp_path):

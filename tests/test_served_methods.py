@@ -151,14 +151,16 @@ def test_a_served_head_on_the_hidden_state_alone_scores_no_answer(engine, tmp_pa
     items = read_labelled(AGNEWS, text_column="0", label_column="1")[:24]
     measurer = Measurer(engine)
     question = task.question()
-    H = np.array([measurer.hidden(item.text, question, layout="llamadecide-3") for item in items])
+    H = np.array([measurer.hidden(item.text, question, prompt_format="llamadecide-3") for item in items])
     y = np.array([task.gold_index(item.label) for item in items])
     head = fit_head(np.zeros((len(items), len(task.options))), H, y, C=0.05, features=HIDDEN_ONLY)
     profiles = save_head_profile(tmp_path, engine, task, head, "agnews-hidden", "llamadecide-3")
     text = "Shares of the chip maker jumped after it raised its revenue forecast."
     engine.clear_cache()
     expected = head.apply(
-        np.zeros((1, len(task.options))), None, np.array([measurer.hidden(text, question, layout="llamadecide-3")])
+        np.zeros((1, len(task.options))),
+        None,
+        np.array([measurer.hidden(text, question, prompt_format="llamadecide-3")]),
     )[0]
     body = profile_request(task, text, "agnews-hidden")
     with ServerProcess("--profiles-dir", str(profiles)) as server:

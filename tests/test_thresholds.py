@@ -125,14 +125,14 @@ def test_within_one_standard_error_the_cheaper_head_to_serve_is_chosen():
     noise = rng.normal(0, 0.05, size=300)
     noise -= noise.mean()
 
-    def result(label, layout, cost, shifted):
+    def result(label, prompt_format, cost, shifted):
         return {
             "label": label,
             "cv_nll": float(shifted.mean()),
             "cv_nll_se": 0.03,
             "cv_items": 300,
             "cv_losses": shifted,
-            "complexity": list(complexity(Variant("text", layout=layout), head, cost)),
+            "complexity": list(complexity(Variant("text", prompt_format=prompt_format), head, cost)),
         }
 
     costly = result("question first", "llamadecide-3", 51.0, losses)

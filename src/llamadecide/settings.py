@@ -18,7 +18,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from llamadecide.engine.config import EngineConfig
-from llamadecide.engine.model_files import resolve_model_path
+from llamadecide.engine.model_files import ModelLocations, resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +144,8 @@ class Settings(BaseSettings):
     pinned_prefixes: int = Field(
         8,
         ge=0,
-        description="Question prefixes (question-first layout, demonstrations) kept evaluated across requests; each is "
-        "one KV sequence fewer for options",
+        description="Question prefixes (question-first prompt format, demonstrations) kept evaluated across "
+        "requests; each is one KV sequence fewer for options",
     )
     pinned_cells: int = Field(
         0,
@@ -249,6 +249,14 @@ class Settings(BaseSettings):
             _ConfigFileSource(settings_cls),
         )
 
+    @classmethod
+    def for_container(cls, **flags: Any) -> Settings:
+        """The settings of the SageMaker container: every source as usual, then, below them all but the
+        defaults, the hosting contract's own (0.0.0.0:8080, invocations open since SageMaker
+        authenticates at its edge and forwards no key, profiles from /opt/ml/model/profiles when the
+        archive has them). The one place the container's precedence is written."""
+        return _ContainerSettings(**flags)
+
     def model_path(self) -> Path:
         return resolve_model_path(self.model)
 
@@ -278,6 +286,32 @@ class Settings(BaseSettings):
         )
 
 
+SAGEMAKER_PORT = 8080
+
+
+class _ContainerDefaultsSource(PydanticBaseSettingsSource):
+    """What SageMaker's hosting contract sets where nothing else did."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {"host": "0.0.0.0", "port": SAGEMAKER_PORT, "open_invocations": True}
+        profiles = ModelLocations().model_dir / "profiles"
+        if profiles.is_dir():
+            values["profiles_dir"] = profiles
+        return values
+
+
+class _ContainerSettings(Settings):
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, *sources, **named) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            *super().settings_customise_sources(settings_cls, *sources, **named),
+            _ContainerDefaultsSource(settings_cls),
+        )
+
+
 def settings_table() -> str:
     """Every setting as a Markdown table (docs/settings.md holds it; a test keeps the two equal)."""
     flags: dict[str, list[str]] = {}
@@ -288,6 +322,9 @@ def settings_table() -> str:
         default = "none" if field.default is None else json.dumps(field.default)
         sm = ", ".join(f"`{flag}`" for flag in flags.get(name, []))
         lines.append(f"| `{name}` | {default} | {sm} | {field.description} |")
+    for name, field in ModelLocations.model_fields.items():  # read where models are looked up (engine)
+        default = f"`{field.default}`" if name != "model_cache" else "`~/.cache/llamadecide/models`"
+        lines.append(f"| `{name}` | {default} |  | {field.description}; environment only |")
     return "\n".join(lines) + "\n"
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from llamadecide.engine import Engine, EngineConfig, Job, resolve_model_path
+from llamadecide.engine import Engine, EngineConfig, ScoringInput, resolve_model_path
 
 KERNELS = {  # name -> (environment, flash_attn, deterministic)
     "invariant": ({"GGML_CPU_FA_INVARIANT": "1", "GGML_CPU_FA_ROW_KERNEL": "0"}, True, True),
@@ -89,9 +89,9 @@ def worker(
         tail = _tokens(engine, rows, salt=7)
         engine.clear_cache()
         engine.pin_prefix(pin)
-        alone = engine.score_many([Job(pin + tail[:-1], [[tail[-1]]])])[0].rows[0]
-        other = Job(pin + _tokens(engine, rows, salt=8)[:-1], [[tail[-1]]])
-        beside = engine.score_many([other, Job(pin + tail[:-1], [[tail[-1]]])])[1].rows[0]
+        alone = engine.score_many([ScoringInput(pin + tail[:-1], [[tail[-1]]])])[0].rows[0]
+        other = ScoringInput(pin + _tokens(engine, rows, salt=8)[:-1], [[tail[-1]]])
+        beside = engine.score_many([other, ScoringInput(pin + tail[:-1], [[tail[-1]]])])[1].rows[0]
         engine.clear_cache()
         engine.evaluate(_tokens(engine, 300, salt=9))
         engine.score_trie(_tokens(engine, 200, salt=10), [[tail[-1]]])

@@ -37,9 +37,9 @@ def _timed(engine: Engine, work):
     return result, time.perf_counter() - began, engine.counters["decode_calls"] - before["decode_calls"]
 
 
-def measure(engine: Engine, texts: list[str], question, layout: str) -> list[dict]:
+def measure(engine: Engine, texts: list[str], question, prompt_format: str) -> list[dict]:
     decider = Decider(engine)
-    rule = Scoring(layout=layout)
+    rule = Scoring(prompt_format=prompt_format)
     decider.decide(texts[0], [question], scoring=rule)  # pins the question prefix
     alone, alone_s, alone_calls = _timed(engine, lambda: [decider.decide(t, [question], scoring=rule) for t in texts])
     shared, shared_s, shared_calls = _timed(
@@ -56,7 +56,7 @@ def measure(engine: Engine, texts: list[str], question, layout: str) -> list[dic
     )
     rows = [
         {
-            "work": f"decision, {layout}",
+            "work": f"decision, {prompt_format}",
             "items": len(texts),
             "alone_s_per_item": alone_s / len(texts),
             "batched_s_per_item": shared_s / len(texts),
@@ -66,23 +66,23 @@ def measure(engine: Engine, texts: list[str], question, layout: str) -> list[dic
             "max_difference": gap,
         }
     ]
-    if layout != "llamadecide-1":
+    if prompt_format != "llamadecide-1":
         measurer = Measurer(engine)
         states, alone_s, alone_calls = _timed(
-            engine, lambda: [measurer.hidden(t, question, layout=layout) for t in texts]
+            engine, lambda: [measurer.hidden(t, question, prompt_format=prompt_format) for t in texts]
         )
         shared, shared_s, shared_calls = _timed(
             engine,
             lambda: [
                 h
                 for start in range(0, len(texts), BATCH)
-                for h in measurer.hidden_many(texts[start : start + BATCH], question, layout=layout)
+                for h in measurer.hidden_many(texts[start : start + BATCH], question, prompt_format=prompt_format)
             ],
         )
         gap = max(float(np.abs(a - b).max()) for a, b in zip(states, shared))
         rows.append(
             {
-                "work": f"hidden state (a head's input), {layout}",
+                "work": f"hidden state (a head's input), {prompt_format}",
                 "items": len(texts),
                 "alone_s_per_item": alone_s / len(texts),
                 "batched_s_per_item": shared_s / len(texts),
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
     parser.add_argument("--dataset", default="agnews", choices=list(DATASETS))
     parser.add_argument("--items", type=int, default=200)
-    parser.add_argument("--layouts", nargs="+", default=["llamadecide-1", "llamadecide-3"])
+    parser.add_argument("--prompt-formats", "--layouts", nargs="+", default=["llamadecide-1", "llamadecide-3"])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--n-gpu-layers", type=int, default=0)
     parser.add_argument("--json", default=None, help="write {'rows': [...]} here")
@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine(EngineConfig(model_path=path, n_ctx=8192, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers))
     rows = []
     try:
-        for layout in args.layouts:
-            for row in measure(engine, texts, task.question(), layout):
+        for prompt_format in args.prompt_formats:
+            for row in measure(engine, texts, task.question(), prompt_format):
                 rows.append({"model": path.name, "dataset": args.dataset, **row})
                 print(json.dumps(rows[-1]), flush=True)
     finally:

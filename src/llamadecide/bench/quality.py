@@ -217,8 +217,8 @@ def method_rows(
             mine = [
                 r
                 for r in heads
-                if (r["mode"], r["rotations"], r["shots"], r["layout"], r["lexical"], r["features"])
-                == (variant.mode, variant.rotations, variant.shots, variant.layout, with_lexical, features)
+                if (r["mode"], r["rotations"], r["shots"], r["prompt_format"], r["lexical"], r["features"])
+                == (variant.mode, variant.rotations, variant.shots, variant.prompt_format, with_lexical, features)
             ]
             if mine:
                 rows.append(
@@ -290,7 +290,7 @@ def run_one(engine: Engine, model: str, name: str, dataset: Dataset, args, conso
         shots=args.shots,
         show_progress=not args.quiet,
         only_mode=None if len(args.modes) > 1 else args.modes[0],
-        layouts=tuple(args.layouts),
+        prompt_formats=tuple(args.prompt_formats),
         shots_per_class=tuple(args.shots_per_class),
         row_budget=None,
     )  # every method on every item: the bench compares them all
@@ -421,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         "--shots", type=int, default=0, help="also measure k-shot: this many labelled items shown before each question"
     )
     parser.add_argument(
+        "--prompt-formats",
         "--layouts",
         nargs="+",
         default=list(PROMPT_FORMATS),

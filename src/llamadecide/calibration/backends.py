@@ -39,7 +39,7 @@ class Backend(Protocol):
         rotations: int = 1,
         hidden: bool = False,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> ItemScores: ...
     def content_free(
         self,
@@ -47,7 +47,7 @@ class Backend(Protocol):
         *,
         rotations: int = 1,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> tuple[np.ndarray, np.ndarray | None]: ...
     def score_many(
         self,
@@ -57,7 +57,7 @@ class Backend(Protocol):
         rotations: int = 1,
         hidden: bool = False,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
         answers: bool = True,
     ) -> list[ItemScores]: ...
 
@@ -82,10 +82,15 @@ class LocalBackend:
         rotations: int = 1,
         hidden: bool = False,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> ItemScores:
         logprobs, lengths, state = self.measurer.scores(
-            text, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations, layout=layout
+            text,
+            question,
+            rotations=rotations,
+            hidden=hidden,
+            demonstrations=demonstrations,
+            prompt_format=prompt_format,
         )
         return ItemScores(logprobs, lengths, state)
 
@@ -96,12 +101,14 @@ class LocalBackend:
         *,
         rotations: int = 1,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> tuple[float, float]:
         """Evaluated rows per item like `text`, (answers, hidden state alone), each row weighted by the
         pinned prefix it attends to (on the CPU a row over a 3,000-token prefix costs about three)."""
         answer_rows, prompt_rows, pinned = self.measurer.cost(
-            text, question, Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)
+            text,
+            question,
+            Scoring(rotations=rotations, demonstrations=tuple(demonstrations), prompt_format=prompt_format),
         )
         weight = 1.0 + pinned / 1500
         return answer_rows * weight, prompt_rows * weight
@@ -114,16 +121,23 @@ class LocalBackend:
         rotations: int = 1,
         hidden: bool = False,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
         answers: bool = True,
     ) -> list[ItemScores]:
         """Many items in shared engine calls, each scored as alone. Without `answers`, only the hidden
         state (no answer is scored; `logprobs` empty)."""
         if not answers:
-            states = self.measurer.hidden_many(texts, question, demonstrations=demonstrations, layout=layout)
+            states = self.measurer.hidden_many(
+                texts, question, demonstrations=demonstrations, prompt_format=prompt_format
+            )
             return [ItemScores([], None, state) for state in states]
         scored = self.measurer.scores_many(
-            texts, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations, layout=layout
+            texts,
+            question,
+            rotations=rotations,
+            hidden=hidden,
+            demonstrations=demonstrations,
+            prompt_format=prompt_format,
         )
         return [ItemScores(logprobs, lengths, state) for logprobs, lengths, state in scored]
 
@@ -133,10 +147,10 @@ class LocalBackend:
         *,
         rotations: int = 1,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         return self.measurer.content_free_scores(
-            question, rotations=rotations, demonstrations=demonstrations, layout=layout
+            question, rotations=rotations, demonstrations=demonstrations, prompt_format=prompt_format
         )
 
 
@@ -224,7 +238,7 @@ class _RemoteBackend:
         rotations: int = 1,
         hidden: bool = False,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> ItemScores:
         if hidden:
             raise LlamaDecideError(
@@ -232,10 +246,10 @@ class _RemoteBackend:
             )
         if demonstrations:
             raise LlamaDecideError(f"{self.description} takes no demonstrations; fit k-shot with the local backend")
-        if layout != PROMPT_FORMAT_VERSION:
+        if prompt_format != PROMPT_FORMAT_VERSION:
             raise LlamaDecideError(
                 f"{self.description} asks every question in {PROMPT_FORMAT_VERSION!r}; "
-                f"measure {layout!r} with the local backend"
+                f"measure {prompt_format!r} with the local backend"
             )
         return _logprobs_from_answer(self._post(self._body(text, question, rotations))["answers"][0], question)
 
@@ -247,12 +261,19 @@ class _RemoteBackend:
         rotations: int = 1,
         hidden: bool = False,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
         answers: bool = True,
     ) -> list[ItemScores]:
         """One request per item (the endpoint shares its own engine calls under load)."""
         return [
-            self.score(text, question, rotations=rotations, hidden=hidden, demonstrations=demonstrations, layout=layout)
+            self.score(
+                text,
+                question,
+                rotations=rotations,
+                hidden=hidden,
+                demonstrations=demonstrations,
+                prompt_format=prompt_format,
+            )
             for text in texts
         ]
 
@@ -262,12 +283,14 @@ class _RemoteBackend:
         *,
         rotations: int = 1,
         demonstrations: tuple[Demonstration, ...] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """The endpoint's answers on content-free inputs (normalised log-probabilities: the prior is
         the same whether or not they were normalised)."""
         rows = [
-            self.score(text, question, rotations=rotations, demonstrations=demonstrations, layout=layout).logprobs
+            self.score(
+                text, question, rotations=rotations, demonstrations=demonstrations, prompt_format=prompt_format
+            ).logprobs
             for text in CONTENT_FREE_INPUTS
         ]
         return np.asarray(rows), None

@@ -30,7 +30,7 @@ class RunConfig:
     # (many-shot: they live in the shared prefix).
     # The head formats (`llamadecide-4`, `-5`) are measured on request: see docs/measurements.md for what
     # they cost and keep.
-    layouts: tuple[str, ...] = (PROMPT_FORMAT_VERSION, QUESTION_FIRST, INPUT_LAST)
+    prompt_formats: tuple[str, ...] = (PROMPT_FORMAT_VERSION, QUESTION_FIRST, INPUT_LAST)
     shots_per_class: tuple[int, ...] = (1,)
     # Most evaluated rows (weighted by the pinned prefix they attend to) the scoring may cost, about
     # ten minutes on 2 CPU cores with the default model; over it, the costliest variants are left out

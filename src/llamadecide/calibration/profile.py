@@ -183,7 +183,7 @@ class CalibrationProfile(BaseModel):
                 rotations=self.rotations,
                 head=head,
                 demonstrations=tuple(Demonstration(d.input, d.option) for d in self.demonstrations or ()),
-                layout=self.prompt_format,
+                prompt_format=self.prompt_format,
             )
         return self._scoring
 

@@ -131,7 +131,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         },
         "backend": backend.description,
         "model_sha256": identity,
-        "prompt_format": variant.layout,
+        "prompt_format": variant.prompt_format,
         "dataset_fingerprint": config.dataset_fingerprint,
         "split": {
             "seed": config.seed,
@@ -190,7 +190,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         name=config.profile_name or task.name,
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         model_sha256=identity,
-        prompt_format=variant.layout,
+        prompt_format=variant.prompt_format,
         task=summary["task"],
         mode=variant.mode,
         calibrator=chosen.kind,

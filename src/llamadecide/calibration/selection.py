@@ -66,7 +66,7 @@ def select(
                     "mode": variant.mode,
                     "rotations": variant.rotations,
                     "shots": variant.shots,
-                    "layout": variant.layout,
+                    "prompt_format": variant.prompt_format,
                     "method": candidate.method,
                     "kind": candidate.kind,
                     "lexical": candidate.lexical,

@@ -25,18 +25,18 @@ class Variant:
     mode: str
     rotations: int = 1
     shots: int = 0  # demonstrations from the labelled part put before each item
-    layout: str = PROMPT_FORMAT_VERSION
+    prompt_format: str = PROMPT_FORMAT_VERSION
 
     @property
     def hidden_only(self) -> bool:
         """A prompt format without the options: only a head on its hidden state reads it (no answer is scored)."""
-        return self.layout in HEAD_ONLY_FORMATS
+        return self.prompt_format in HEAD_ONLY_FORMATS
 
     @property
     def label(self) -> str:
         return (
             f"{self.mode} mode"
-            + (f", {self.layout}" if self.layout != PROMPT_FORMAT_VERSION else "")
+            + (f", {self.prompt_format}" if self.prompt_format != PROMPT_FORMAT_VERSION else "")
             + (f", {self.rotations} rotations" if self.rotations > 1 else "")
             + (f", {self.shots}-shot" if self.shots else "")
         )
@@ -117,8 +117,8 @@ def plan_scoring(
 
 def _cache_mode(variant: Variant, hidden: bool, demonstrations: tuple[Demonstration, ...] = ()) -> str:
     mode = variant.mode if variant.rotations == 1 else f"{variant.mode}|rotations={variant.rotations}"
-    if variant.layout != PROMPT_FORMAT_VERSION:
-        mode += f"|layout={variant.layout}"
+    if variant.prompt_format != PROMPT_FORMAT_VERSION:
+        mode += f"|layout={variant.prompt_format}"
     if demonstrations:
         shown = json.dumps([[d.input, d.option] for d in demonstrations])
         mode += f"|demonstrations={hashlib.sha256(shown.encode()).hexdigest()[:16]}"
@@ -135,14 +135,14 @@ def variants_for(task: Task, config: RunConfig, *, demonstrations: bool = True) 
         found.append(Variant("labels", min(config.rotations, len(task.options))))
     if config.shots > 0 and demonstrations:
         found.append(Variant(default_mode, shots=config.shots))
-    for layout in config.layouts if demonstrations else ():
-        if layout in HEAD_ONLY_FORMATS:
+    for prompt_format in config.prompt_formats if demonstrations else ():
+        if prompt_format in HEAD_ONLY_FORMATS:
             if config.head:
-                found.append(Variant(default_mode, layout=layout))
-        elif layout in QUESTION_FIRST_FORMATS:
-            found.append(Variant(default_mode, layout=layout))
+                found.append(Variant(default_mode, prompt_format=prompt_format))
+        elif prompt_format in QUESTION_FIRST_FORMATS:
+            found.append(Variant(default_mode, prompt_format=prompt_format))
             found.extend(
-                Variant(default_mode, shots=n * len(task.options), layout=layout)
+                Variant(default_mode, shots=n * len(task.options), prompt_format=prompt_format)
                 for n in sorted(set(config.shots_per_class))
                 if n > 0
             )
@@ -153,7 +153,14 @@ def demonstration_items(scored: dict[Variant, VariantScores]) -> np.ndarray:
     """Items shown as demonstrations in a question-first variant's shared prefix: no variant is
     fitted or measured on them (that variant could not be: they are part of its prompt)."""
     return np.array(
-        sorted({i for variant, data in scored.items() if variant.layout in QUESTION_FIRST_FORMATS for i in data.shown}),
+        sorted(
+            {
+                i
+                for variant, data in scored.items()
+                if variant.prompt_format in QUESTION_FIRST_FORMATS
+                for i in data.shown
+            }
+        ),
         dtype=int,
     )
 
@@ -213,7 +220,7 @@ def score_variants(
     hidden_variant: dict[Variant, bool] = {}
     prompts_with_hidden: set[tuple[str, int, str]] = set()
     for variant in variants:
-        prompt = (variant.mode, variant.shots, variant.layout)
+        prompt = (variant.mode, variant.shots, variant.prompt_format)
         hidden_variant[variant] = want_hidden and prompt not in prompts_with_hidden
         if hidden_variant[variant]:
             prompts_with_hidden.add(prompt)
@@ -235,7 +242,11 @@ def score_variants(
                 np.mean(
                     [
                         backend.cost(
-                            text, questions[v], rotations=v.rotations, demonstrations=demonstrations[v], layout=v.layout
+                            text,
+                            questions[v],
+                            rotations=v.rotations,
+                            demonstrations=demonstrations[v],
+                            prompt_format=v.prompt_format,
                         )
                         for text in sample
                     ],
@@ -276,7 +287,7 @@ def score_variants(
     hidden_mask: dict[tuple[str, int, str], np.ndarray] = {}
 
     def record(variant: Variant, i: int, scores, answers: bool = True) -> None:
-        key = (variant.mode, variant.shots, variant.layout)
+        key = (variant.mode, variant.shots, variant.prompt_format)
         if scores.hidden is not None:
             hidden.setdefault(key, np.zeros((len(items), len(scores.hidden))))[i] = scores.hidden
             hidden_mask.setdefault(key, np.zeros(len(items), dtype=bool))[i] = True
@@ -295,7 +306,7 @@ def score_variants(
         pending: dict[tuple[Demonstration, ...], list[tuple[int, str]]] = {}
         with_hidden = hidden_variant[variant] or not answers
         for i in indices:
-            if variant.layout in QUESTION_FIRST_FORMATS and i in shown[variant]:
+            if variant.prompt_format in QUESTION_FIRST_FORMATS and i in shown[variant]:
                 progress.advance(bar)
                 continue  # part of this variant's prompt: never scored (see demonstration_items)
             own = tuple(d for j, d in zip(shown[variant], demonstrations[variant]) if j != i)
@@ -316,7 +327,7 @@ def score_variants(
                     rotations=variant.rotations,
                     hidden=with_hidden,
                     demonstrations=own,
-                    layout=variant.layout,
+                    prompt_format=variant.prompt_format,
                     answers=answers,
                 )
                 for (i, key), scores in zip(chunk, results):
@@ -353,12 +364,12 @@ def score_variants(
                 questions[variant],
                 rotations=variant.rotations,
                 demonstrations=demonstrations[variant],
-                layout=variant.layout,
+                prompt_format=variant.prompt_format,
             )
             if config.prior_correction
             else None
         )
-        key = (variant.mode, variant.shots, variant.layout)
+        key = (variant.mode, variant.shots, variant.prompt_format)
         variant_hidden = hidden.get(key)
         complete = len(plan.answered[variant]) == len(used)
         answered = np.zeros(len(items), dtype=bool)
@@ -376,7 +387,7 @@ def score_variants(
             served_rows=costs.get(variant),
         )
     for variant in head_only:
-        key = (variant.mode, variant.shots, variant.layout)
+        key = (variant.mode, variant.shots, variant.prompt_format)
         scored[variant] = VariantScores(
             L[variant],
             None,

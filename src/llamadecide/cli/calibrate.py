@@ -77,16 +77,19 @@ def calibrate_command(
             "before each question (k-shot, local backend; scores every item once more)",
         ),
     ] = DEFAULTS.shots,
-    layouts: Annotated[
-        list[str],
+    prompt_formats: Annotated[
+        Optional[list[str]],
         typer.Option(
-            "--layout",
+            "--prompt-format",
             help="Prompt formats to compare (repeat): llamadecide-1 (state first), llamadecide-2 and "
             "llamadecide-3 (question first: the question is evaluated once per server, not per request), "
             "llamadecide-4 and llamadecide-5 (a head's prompt without the options; hidden states only); "
-            "local backend",
+            f"local backend (default: {', '.join(DEFAULTS.prompt_formats)})",
         ),
-    ] = list(DEFAULTS.layouts),
+    ] = None,
+    layout_alias: Annotated[
+        Optional[list[str]], typer.Option("--layout", hidden=True, help="The old spelling of --prompt-format")
+    ] = None,
     shots_per_class: Annotated[
         list[int],
         typer.Option(
@@ -123,9 +126,10 @@ def calibrate_command(
     from llamadecide.calibration.data import file_fingerprint, load_task, read_labelled
     from llamadecide.calibration.report import print_summary
     from llamadecide.calibration.run import calibrate
-    from llamadecide.decisions.prompt import check_layout
+    from llamadecide.decisions.prompt import check_prompt_format
     from llamadecide.engine import Engine
 
+    formats = [*(prompt_formats or []), *(layout_alias or [])] or list(DEFAULTS.prompt_formats)
     try:
         the_task = load_task(task)
         items = read_labelled(data, text_column=text_column, label_column=label_column)
@@ -146,7 +150,7 @@ def calibrate_command(
             head=head,
             lexical=lexical,
             shots=shots,
-            layouts=tuple(check_layout(layout) for layout in layouts),
+            prompt_formats=tuple(check_prompt_format(name) for name in formats),
             shots_per_class=tuple(shots_per_class),
             row_budget=row_budget or None,
             dataset_fingerprint=file_fingerprint(data, text_column, label_column),

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any, Optional
 
 import typer
 
-from llamadecide.engine.model_files import DEFAULT_MODEL
+from llamadecide.engine.model_files import ModelLocations
 from llamadecide.settings import Settings
 
 # The help names the default in force (LLAMADECIDE_DEFAULT_MODEL changes it; a bad value is
 # reported when a model is loaded, not here).
-_DEFAULT = os.environ.get("LLAMADECIDE_DEFAULT_MODEL") or DEFAULT_MODEL
+_DEFAULT = ModelLocations().default_model
 ModelOption = Annotated[
     Optional[str],
     typer.Option(
@@ -22,9 +21,18 @@ ModelOption = Annotated[
         f"{_DEFAULT}; see `llamadecide models`)",
     ),
 ]
-CtxOption = Annotated[Optional[int], typer.Option("--n-ctx", help="Context size in tokens")]
-ThreadsOption = Annotated[Optional[int], typer.Option("--threads", "-t", help="CPU threads")]
-GpuLayersOption = Annotated[Optional[int], typer.Option("--n-gpu-layers", "-ngl", help="Layers on the GPU (-1: all)")]
+
+
+def setting_help(name: str) -> str:
+    """A flag's help from the setting it sets: the one description, its default and its variable."""
+    field = Settings.model_fields[name]
+    default = "" if field.default is None else f"default {field.default}; "
+    return f"{field.description} ({default}LLAMADECIDE_{name.upper()})"
+
+
+CtxOption = Annotated[Optional[int], typer.Option("--n-ctx", help=setting_help("n_ctx"))]
+ThreadsOption = Annotated[Optional[int], typer.Option("--threads", "-t", help=setting_help("n_threads"))]
+GpuLayersOption = Annotated[Optional[int], typer.Option("--n-gpu-layers", "-ngl", help=setting_help("n_gpu_layers"))]
 
 
 def wide_console(minimum: int):

@@ -8,13 +8,21 @@ from typing import Annotated, Optional
 
 import typer
 
-from llamadecide.cli.common import CtxOption, GpuLayersOption, ModelOption, ThreadsOption, fail, settings_from
+from llamadecide.cli.common import (
+    CtxOption,
+    GpuLayersOption,
+    ModelOption,
+    ThreadsOption,
+    fail,
+    setting_help,
+    settings_from,
+)
 
 
 def serve_command(
     model: ModelOption = None,
-    host: Annotated[Optional[str], typer.Option("--host", help="Address to listen on (default 127.0.0.1)")] = None,
-    port: Annotated[Optional[int], typer.Option("--port", "-p", help="Port (default 8000)")] = None,
+    host: Annotated[Optional[str], typer.Option("--host", help=setting_help("host"))] = None,
+    port: Annotated[Optional[int], typer.Option("--port", "-p", help=setting_help("port"))] = None,
     api_key: Annotated[
         Optional[str],
         typer.Option(
@@ -29,17 +37,15 @@ def serve_command(
     ] = None,
     queue_size: Annotated[
         Optional[int],
-        typer.Option("--queue-size", min=1, help="Requests that may wait for the engine before 503 (default 64)"),
+        typer.Option("--queue-size", min=1, help=setting_help("queue_size")),
     ] = None,
     n_ctx: CtxOption = None,
     threads: ThreadsOption = None,
     n_gpu_layers: GpuLayersOption = None,
     probability_log: Annotated[
-        Optional[str], typer.Option("--probability-log", help="Append one JSON line per answer to this file")
+        Optional[str], typer.Option("--probability-log", help=setting_help("probability_log"))
     ] = None,
-    profiles_dir: Annotated[
-        Optional[str], typer.Option("--profiles-dir", help="Directory of calibration profiles (JSON) to serve")
-    ] = None,
+    profiles_dir: Annotated[Optional[str], typer.Option("--profiles-dir", help=setting_help("profiles_dir"))] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning, error")] = "info",
 ) -> None:
     """Serve OpenAI-compatible chat, /v1/decisions, /v1/systemone and the SageMaker routes."""

@@ -142,4 +142,4 @@ def build_answer(
         for o, text, lp, n, p in zip(question.options, question.answer_texts(), logprobs, totals.lengths, probabilities)
     )
     mass = maths.label_mass(scores) if scores is not None else None
-    return Answer(question, options, mass, maths.confidence(probabilities), rule, rule.layout, totals.bound)
+    return Answer(question, options, mass, maths.confidence(probabilities), rule, rule.prompt_format, totals.bound)

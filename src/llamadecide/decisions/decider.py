@@ -21,7 +21,7 @@ from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rules import Evaluation, Scoring, evaluation, per_question
 from llamadecide.decisions.tokenized import canonical_key, common_prefix, split_point
 from llamadecide.decisions.work import Limits, Work
-from llamadecide.engine.config import Job
+from llamadecide.engine.config import ScoringInput
 from llamadecide.errors import InvalidRequestError, LlamaDecideError
 
 
@@ -102,8 +102,10 @@ class Decider:
             except (LlamaDecideError, ValueError) as exc:
                 out[index] = exc
         fresh = self.planner.pin([plan for _, _, plan in shared])
-        jobs = [Job(plan.prefix, plan.continuations, hidden=plan.rule.head is not None) for _, _, plan in shared]
-        scored = self.engine.score_many(jobs) if jobs else []
+        inputs = [
+            ScoringInput(plan.prefix, plan.continuations, hidden=plan.rule.head is not None) for _, _, plan in shared
+        ]
+        scored = self.engine.score_many(inputs) if inputs else []
         seconds = time.perf_counter() - began
         for (index, request, plan), trie in zip(shared, scored):
             try:
@@ -158,14 +160,14 @@ class Decider:
             rule.rotations,
             rule.demonstrations,
             rule.length_normalize,
-            rule.layout,
+            rule.prompt_format,
         )
         cached = self._priors.get(key)
         if cached is not None:
             self._priors.move_to_end(key)
             return cached
         rows, lengths = self.planner.content_free_scores(
-            question, rotations=rule.rotations, demonstrations=rule.demonstrations, layout=rule.layout
+            question, rotations=rule.rotations, demonstrations=rule.demonstrations, prompt_format=rule.prompt_format
         )
         prior = maths.content_free_prior(rows, lengths if rule.length_normalize else None)
         self._priors[key] = prior

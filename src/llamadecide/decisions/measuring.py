@@ -12,12 +12,12 @@ import numpy as np
 
 from llamadecide.decisions.answers import Answer, OptionTotals, build_answer
 from llamadecide.decisions.planner import QuestionPlanner
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, check_layout, render_state
+from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, check_prompt_format, render_state
 from llamadecide.decisions.protocol import ScoringEngine
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rotations import shown
 from llamadecide.decisions.rules import Demonstration, Scoring
-from llamadecide.engine.config import Job
+from llamadecide.engine.config import ScoringInput
 
 
 class Measurer:
@@ -36,11 +36,11 @@ class Measurer:
         rotations: int = 1,
         hidden: bool = False,
         demonstrations: Sequence[Demonstration] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> tuple[list[float], list[int], np.ndarray | None]:
         """Raw material for calibration: the option log-likelihoods (averaged over rotations),
         token counts, and optionally the hidden state at the answer position."""
-        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)
+        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), prompt_format=prompt_format)
         totals, _, _ = self.planner.score(render_state(state), [question], [rule], hidden=hidden)
         item = totals[0]
         assert item.logprobs is not None
@@ -54,14 +54,16 @@ class Measurer:
         rotations: int = 1,
         hidden: bool = False,
         demonstrations: Sequence[Demonstration] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> list[tuple[list[float], list[int], np.ndarray | None]]:
         """`scores` for many states, their engine work shared (`Engine.score_many`); each the same
         as alone."""
-        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)
+        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), prompt_format=prompt_format)
         plans = [self.planner.plan(render_state(state), [question], [rule])[0] for state in states]
         self.planner.pin(plans)
-        scored = self.engine.score_many([Job(plan.prefix, plan.continuations, hidden=hidden) for plan in plans])
+        scored = self.engine.score_many(
+            [ScoringInput(plan.prefix, plan.continuations, hidden=hidden) for plan in plans]
+        )
         out = []
         for plan, trie in zip(plans, scored):
             totals = self.planner.combine(plan, trie)
@@ -75,18 +77,19 @@ class Measurer:
         question: Question,
         *,
         demonstrations: Sequence[Demonstration] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> list[np.ndarray]:
         """`hidden` for many states, their engine work shared; each the same as alone."""
-        rule = Scoring(demonstrations=tuple(demonstrations), layout=check_layout(layout))
+        rule = Scoring(demonstrations=tuple(demonstrations), prompt_format=check_prompt_format(prompt_format))
         shown_first = shown(question, rule.demonstrations, 0)
         items = [
-            self.planner.tokens.prompt_only(render_state(state), question, shown_first, rule.layout) for state in states
+            self.planner.tokens.prompt_only(render_state(state), question, shown_first, rule.prompt_format)
+            for state in states
         ]
         pin = self.planner.tokens.pinned_prefix(question, rule, items[0].prompt_tokens) if items else []
         if pin:
             self.engine.pin_prefix(pin)
-        return [trie.hidden for trie in self.engine.score_many([Job(item.prompt_tokens) for item in items])]
+        return [trie.hidden for trie in self.engine.score_many([ScoringInput(item.prompt_tokens) for item in items])]
 
     def hidden(
         self,
@@ -94,13 +97,13 @@ class Measurer:
         question: Question,
         *,
         demonstrations: Sequence[Demonstration] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> np.ndarray:
         """What a head on the hidden state alone reads: the hidden state at the answer position,
         with only the prompt evaluated (the question prefix pinned as a decision pins it)."""
-        rule = Scoring(demonstrations=tuple(demonstrations), layout=check_layout(layout))
+        rule = Scoring(demonstrations=tuple(demonstrations), prompt_format=check_prompt_format(prompt_format))
         item = self.planner.tokens.prompt_only(
-            render_state(state), question, shown(question, rule.demonstrations, 0), rule.layout
+            render_state(state), question, shown(question, rule.demonstrations, 0), rule.prompt_format
         )
         pin = self.planner.tokens.pinned_prefix(question, rule, item.prompt_tokens)
         if pin:
@@ -110,7 +113,7 @@ class Measurer:
     def footprint(self, question: Question, rule: Scoring) -> tuple[int, int]:
         """What a question needs of the context whatever its input: its pinned prefix's tokens, and
         the longest prompt with its answer for a one-token input."""
-        item = self.planner.tokenize("-", question, shown(question, rule.demonstrations, 0), rule.layout)
+        item = self.planner.tokenize("-", question, shown(question, rule.demonstrations, 0), rule.prompt_format)
         pinned = self.planner.tokens.pinned_prefix(question, rule, item.prompt_tokens)
         return len(pinned), max(len(s) for s in item.sequences)
 
@@ -129,12 +132,12 @@ class Measurer:
         *,
         rotations: int = 1,
         demonstrations: Sequence[Demonstration] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
         that carry no content (after the same demonstrations, if any), from an empty KV cache."""
         return self.planner.content_free_scores(
-            question, rotations=rotations, demonstrations=demonstrations, layout=layout
+            question, rotations=rotations, demonstrations=demonstrations, prompt_format=prompt_format
         )
 
     def decide_naive(self, state: Any, question: Question, *, scoring: Scoring | None = None) -> Answer:
@@ -142,7 +145,7 @@ class Measurer:
         benchmark baseline."""
         rule = scoring or Scoring()
         item = self.planner.tokenize(
-            render_state(state), question, shown(question, rule.demonstrations, 0), rule.layout
+            render_state(state), question, shown(question, rule.demonstrations, 0), rule.prompt_format
         )
         totals = [float(self.engine.score_naive(s, b).sum()) for s, b in zip(item.sequences, item.boundaries)]
         return build_answer(question, OptionTotals(totals, item.answer_lengths), rule)

@@ -63,9 +63,9 @@ class QuestionPlanner:
         state_text: str,
         question: Question,
         demonstrations: Sequence[tuple[str, str]] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> TokenizedQuestion:
-        return self.tokens.tokenize(state_text, question, demonstrations, layout)
+        return self.tokens.tokenize(state_text, question, demonstrations, prompt_format)
 
     def plan(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring]) -> list[Plan]:
         """One engine call per question, in the given order, each knowing what the one before leaves
@@ -77,7 +77,7 @@ class QuestionPlanner:
             how = evaluation(rule, self.epsilon)
             if how is Evaluation.HIDDEN_ONLY:  # no answer is read: the prompt alone
                 shown_first = shown(question, rule.demonstrations, 0)
-                rotations = [(0, self.tokens.prompt_only(state_text, question, shown_first, rule.layout))]
+                rotations = [(0, self.tokens.prompt_only(state_text, question, shown_first, rule.prompt_format))]
             else:
                 rotations = self.tokens.rotations(state_text, question, rule)
             longest = max(len(s) for _, item in rotations for s in item.sequences)
@@ -203,11 +203,11 @@ class QuestionPlanner:
         *,
         rotations: int = 1,
         demonstrations: Sequence[Demonstration] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
         that carry no content (after the same demonstrations, if any), from an empty KV cache."""
-        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), layout=layout)
+        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), prompt_format=prompt_format)
         self.engine.clear_cache()
         rows, lengths = [], []
         for text in maths.CONTENT_FREE_INPUTS:

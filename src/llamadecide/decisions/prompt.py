@@ -4,7 +4,7 @@ version instead, since calibration profiles are bound to the format they were fi
 `llamadecide-1` (state first): a fixed system instruction; one user turn holding the state first
 and the question after it; the assistant turn opened by the model's chat template. Several
 questions about one state share the state's evaluated KV prefix. Demonstrations (k-shot) are
-earlier exchanges in the same layout, each repeating the question, placed after the system
+earlier exchanges in the same prompt_format, each repeating the question, placed after the system
 instruction.
 
 `llamadecide-2` and `llamadecide-3` (question first): the system instruction and the question block
@@ -65,12 +65,12 @@ def render_state(state: Any) -> str:
     return text
 
 
-def check_layout(layout: str) -> str:
-    if layout not in PROMPT_FORMATS:
+def check_prompt_format(prompt_format: str) -> str:
+    if prompt_format not in PROMPT_FORMATS:
         raise InvalidRequestError(
-            f"unknown prompt format {layout!r}; known: {', '.join(PROMPT_FORMATS)}", param="prompt_format"
+            f"unknown prompt format {prompt_format!r}; known: {', '.join(PROMPT_FORMATS)}", param="prompt_format"
         )
-    return layout
+    return prompt_format
 
 
 def question_block(question: Question, *, closing: bool = True, options: bool = True) -> str:
@@ -106,11 +106,11 @@ def build_messages(
     state_text: str,
     question: Question,
     demonstrations: Sequence[tuple[str, str]] = (),
-    layout: str = PROMPT_FORMAT_VERSION,
+    prompt_format: str = PROMPT_FORMAT_VERSION,
 ) -> list[dict[str, str]]:
     """The chat for one question about one state; `demonstrations` are (input text, answer text)
     exchanges shown before it. Every message but the last is the same for every state."""
-    if check_layout(layout) == INPUT_ONLY:
+    if check_prompt_format(prompt_format) == INPUT_ONLY:
         if demonstrations:
             raise InvalidRequestError(
                 f"{INPUT_ONLY!r} shows the input alone: it takes no demonstrations", param="prompt_format"
@@ -119,13 +119,13 @@ def build_messages(
             {"role": "system", "content": INPUT_ONLY_SYSTEM_PROMPT},
             {"role": "user", "content": f"Input:\n{state_text}"},
         ]
-    if layout in QUESTION_FIRST_FORMATS:
+    if prompt_format in QUESTION_FIRST_FORMATS:
         return _question_first(
             state_text,
             question,
             demonstrations,
-            recap_answers=layout == QUESTION_FIRST,
-            options=layout != INSTRUCTIONS_ONLY,
+            recap_answers=prompt_format == QUESTION_FIRST,
+            options=prompt_format != INSTRUCTIONS_ONLY,
         )
     block = question_block(question)
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]

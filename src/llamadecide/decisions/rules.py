@@ -12,7 +12,7 @@ import numpy as np
 
 from llamadecide.decisions import maths
 from llamadecide.decisions.lexical import LexicalModel
-from llamadecide.decisions.prompt import INPUT_ONLY, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS, check_layout
+from llamadecide.decisions.prompt import INPUT_ONLY, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS, check_prompt_format
 from llamadecide.errors import InvalidRequestError
 
 
@@ -73,7 +73,7 @@ class Scoring:
     does not recompute it).
     A head replaces the softmax by a fitted classifier over the log-likelihoods and hidden state.
     demonstrations are answered examples put before the question (see `prompt.build_messages`).
-    layout is the prompt format the question is asked in (`prompt.PROMPT_FORMATS`): it belongs to
+    prompt_format is the prompt format the question is asked in (`prompt.PROMPT_FORMATS`): it belongs to
     the question (its profile), never to one request, so an answer does not depend on what else
     was asked."""
 
@@ -85,20 +85,20 @@ class Scoring:
     rotations: int = 1
     head: Head | None = None
     demonstrations: tuple[Demonstration, ...] = ()
-    layout: str = PROMPT_FORMAT_VERSION
+    prompt_format: str = PROMPT_FORMAT_VERSION
 
     @property
     def pins_prefix(self) -> bool:
         """Whether every prompt of this rule starts with a part that is the same for every state (the
         question block of a question-first prompt format, demonstrations, the input-only format's
         system text), which the engine keeps evaluated."""
-        return bool(self.demonstrations) or self.layout in (*QUESTION_FIRST_FORMATS, INPUT_ONLY)
+        return bool(self.demonstrations) or self.prompt_format in (*QUESTION_FIRST_FORMATS, INPUT_ONLY)
 
     def check(self) -> None:
-        if check_layout(self.layout) != PROMPT_FORMAT_VERSION and self.rotations > 1:
+        if check_prompt_format(self.prompt_format) != PROMPT_FORMAT_VERSION and self.rotations > 1:
             raise InvalidRequestError(
                 f"rotations need the state-first prompt format {PROMPT_FORMAT_VERSION!r}: "
-                f"in {self.layout!r} the options are shown once in a shared prefix, or not at "
+                f"in {self.prompt_format!r} the options are shown once in a shared prefix, or not at "
                 "all",
                 param="rotations",
             )

@@ -54,7 +54,15 @@ def canonical_key(question: Question, rule: Scoring) -> str:
     options = [[type(o.value).__name__, str(o.value), o.text, o.description or ""] for o in question.options]
     demonstrations = [[d.input, d.option] for d in rule.demonstrations]
     return json.dumps(
-        [question.type, question.mode, question.instructions, options, rule.rotations, demonstrations, rule.layout]
+        [
+            question.type,
+            question.mode,
+            question.instructions,
+            options,
+            rule.rotations,
+            demonstrations,
+            rule.prompt_format,
+        ]
     )
 
 
@@ -79,9 +87,9 @@ class QuestionTokenizer:
         state_text: str,
         question: Question,
         demonstrations: Sequence[tuple[str, str]] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> TokenizedQuestion:
-        prompt_text = self.engine.render_chat(build_messages(state_text, question, demonstrations, layout))
+        prompt_text = self.engine.render_chat(build_messages(state_text, question, demonstrations, prompt_format))
         # In-context tokenization: prompt + answer tokenized together and split where they diverge
         # from the prompt alone, so the answer's tokens are the ones the model emits.
         prompt_tokens, with_answers = self.engine.tokenize_answers(prompt_text, question.answer_texts())
@@ -108,12 +116,12 @@ class QuestionTokenizer:
         state_text: str,
         question: Question,
         demonstrations: Sequence[tuple[str, str]] = (),
-        layout: str = PROMPT_FORMAT_VERSION,
+        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> TokenizedQuestion:
         """The prompt alone, for a head that reads its hidden state and no answer: rendering and
         tokenizing every option in context would cost more than the rest of such a request (77
         options: about 35 ms of CPU against a 29-row engine call)."""
-        prompt_text = self.engine.render_chat(build_messages(state_text, question, demonstrations, layout))
+        prompt_text = self.engine.render_chat(build_messages(state_text, question, demonstrations, prompt_format))
         prompt_tokens = self.engine.tokenize_prompt(prompt_text)
         return TokenizedQuestion(question, [prompt_tokens], [len(prompt_tokens)], prompt_tokens)
 
@@ -123,7 +131,7 @@ class QuestionTokenizer:
             (
                 shift,
                 self.tokenize(
-                    state_text, rotate(question, shift), shown(question, rule.demonstrations, shift), rule.layout
+                    state_text, rotate(question, shift), shown(question, rule.demonstrations, shift), rule.prompt_format
                 ),
             )
             for shift in rotation_shifts(question, rule.rotations)
@@ -137,7 +145,7 @@ class QuestionTokenizer:
         key = canonical_key(question, rule)
         prefix = self._prefixes.get(key)
         if prefix is None:
-            exchanges = build_messages("-", question, shown(question, rule.demonstrations, 0), rule.layout)[:-1]
+            exchanges = build_messages("-", question, shown(question, rule.demonstrations, 0), rule.prompt_format)[:-1]
             prefix = self.engine.tokenize_prompt(self.engine.render_chat(exchanges, add_generation_prompt=False))
             self._prefixes[key] = prefix
             while len(self._prefixes) > self._cache_size:

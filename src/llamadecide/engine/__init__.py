@@ -15,7 +15,7 @@ _EXPORTS = {
     "Engine": "llamadecide.engine.llama_engine",
     "EngineConfig": "llamadecide.engine.config",
     "GenerationResult": "llamadecide.engine.config",
-    "Job": "llamadecide.engine.config",
+    "ScoringInput": "llamadecide.engine.config",
     "TokenEvent": "llamadecide.engine.config",
     "TrieScores": "llamadecide.engine.config",
     "SamplingParams": "llamadecide.engine.generation",

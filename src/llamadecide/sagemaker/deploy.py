@@ -35,7 +35,7 @@ class EndpointSpec:
 
 
 def package_model(gguf: Path, out: Path, *, profiles_dir: Path | None = None) -> Path:
-    """model.tar.gz holding the GGUF at its root and calibration profiles under profiles/, the layout
+    """model.tar.gz holding the GGUF at its root and calibration profiles under profiles/, the prompt_format
     the container finds under /opt/ml/model."""
     gguf = Path(gguf)
     if not gguf.is_file() or gguf.suffix != ".gguf":

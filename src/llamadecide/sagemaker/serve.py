@@ -5,27 +5,13 @@ from /opt/ml/model/profiles when the archive has them, and SM_LLAMA_CPP_* settin
 from __future__ import annotations
 
 import logging
-import os
 import sys
-
-SAGEMAKER_PORT = 8080
 
 
 def sagemaker_settings():
-    from llamadecide.engine.model_files import model_dir
     from llamadecide.settings import Settings
 
-    overrides: dict = {}
-    if "LLAMADECIDE_OPEN_INVOCATIONS" not in os.environ:
-        overrides["open_invocations"] = True  # SageMaker authenticates at its edge and forwards no key
-    if "LLAMADECIDE_HOST" not in os.environ and "SM_LLAMA_CPP_HOST" not in os.environ:
-        overrides["host"] = "0.0.0.0"
-    if "LLAMADECIDE_PORT" not in os.environ and "SM_LLAMA_CPP_PORT" not in os.environ:
-        overrides["port"] = SAGEMAKER_PORT
-    profiles = model_dir() / "profiles"
-    if "LLAMADECIDE_PROFILES_DIR" not in os.environ and profiles.is_dir():
-        overrides["profiles_dir"] = profiles
-    return Settings(**overrides)
+    return Settings.for_container()
 
 
 def main(argv: list[str] | None = None) -> int:

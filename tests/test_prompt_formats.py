@@ -1,4 +1,4 @@
-"""Prompt layouts on the real bundled model: the question-first format's shared prefix (pinned,
+"""Prompt formats on the real bundled model: the question-first format's shared prefix (pinned,
 reused, evicted), one llama_decode call per decision, and answers that do not depend on what
 else was asked."""
 
@@ -22,7 +22,7 @@ from llamadecide.decisions.rules import Demonstration
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
 from llamadecide.errors import ContextOverflowError, InvalidRequestError, ProfileMismatchError
 
-FIRST = Scoring(layout=QUESTION_FIRST)
+FIRST = Scoring(prompt_format=QUESTION_FIRST)
 TEAMS = choice(
     "Which team should handle this ticket?", ["billing", "technical support", "account security", "sales"], name="team"
 )
@@ -58,7 +58,7 @@ def test_only_the_last_turn_depends_on_the_state():
     assert last[:-1] == one[:-1] and "account security" in one[-1]["content"]
     assert "account security" not in last[-1]["content"] and TEAMS.instructions in last[-1]["content"]
     with pytest.raises(InvalidRequestError, match="unknown prompt format"):
-        build_messages("x", TEAMS, layout="llamadecide-9")
+        build_messages("x", TEAMS, prompt_format="llamadecide-9")
 
 
 def test_the_question_prefix_is_evaluated_once_and_reused(engine):
@@ -85,10 +85,10 @@ def test_one_decode_call_per_decision(engine):
         assert engine.counters["rows"] - before["rows"] < decision.prompt_tokens - decision.extra["cached_tokens"]
 
 
-@pytest.mark.parametrize("layout", [PROMPT_FORMAT_VERSION, QUESTION_FIRST, INPUT_LAST])
-def test_answers_are_bit_identical_alone_beside_others_and_reordered(engine, layout):
+@pytest.mark.parametrize("prompt_format", [PROMPT_FORMAT_VERSION, QUESTION_FIRST, INPUT_LAST])
+def test_answers_are_bit_identical_alone_beside_others_and_reordered(engine, prompt_format):
     decider = Decider(engine)
-    rule = Scoring(layout=layout)
+    rule = Scoring(prompt_format=prompt_format)
     other = choice("Which product?", ["subscription", "hardware"], name="product")
     alone = [logprobs(decider.decide(TICKETS[0], [q], scoring=rule).answers[0]) for q in (TEAMS, ANGRY)]
     together = decider.decide(TICKETS[0], [TEAMS, other, ANGRY], scoring=rule).answers
@@ -97,7 +97,7 @@ def test_answers_are_bit_identical_alone_beside_others_and_reordered(engine, lay
     assert [logprobs(reordered[1]), logprobs(reordered[0])] == alone
 
 
-def test_the_layout_changes_the_numbers_not_the_sums(engine):
+def test_the_prompt_format_changes_the_numbers_not_the_sums(engine):
     decider = Decider(engine)
     state_first = decider.decide(TICKETS[0], [TEAMS]).answers[0]
     question_first = decider.decide(TICKETS[0], [TEAMS], scoring=FIRST).answers[0]
@@ -113,7 +113,7 @@ def test_the_layout_changes_the_numbers_not_the_sums(engine):
 def test_demonstrations_live_in_the_shared_prefix(engine):
     decider = Decider(engine)
     shown = (Demonstration("Refund my last invoice please.", 0), Demonstration("Error 500 on login.", 1))
-    rule = Scoring(layout=QUESTION_FIRST, demonstrations=shown)
+    rule = Scoring(prompt_format=QUESTION_FIRST, demonstrations=shown)
     decider.decide(TICKETS[0], [TEAMS], scoring=rule)
     [pinned] = engine.pinned
     decider.decide(TICKETS[1], [TEAMS], scoring=FIRST)  # zero-shot pins its own, shorter prefix
@@ -121,9 +121,9 @@ def test_demonstrations_live_in_the_shared_prefix(engine):
     assert decider.decide(TICKETS[1], [TEAMS], scoring=rule).extra["cached_tokens"] >= len(pinned)
 
 
-def test_rotations_need_the_state_first_layout(engine):
+def test_rotations_need_the_state_first_prompt_format(engine):
     with pytest.raises(InvalidRequestError, match="rotations need"):
-        Decider(engine).decide(TICKETS[0], [TEAMS], scoring=Scoring(layout=QUESTION_FIRST, rotations=2))
+        Decider(engine).decide(TICKETS[0], [TEAMS], scoring=Scoring(prompt_format=QUESTION_FIRST, rotations=2))
 
 
 def test_a_full_pin_store_evicts_the_least_recently_used_and_big_prefixes_still_answer():
@@ -158,7 +158,7 @@ def test_a_prefix_too_large_for_the_context_is_a_clear_error_naming_the_question
         small.close()
 
 
-def test_a_profile_keeps_its_layout_and_an_unknown_format_is_refused(tmp_path):
+def test_a_profile_keeps_its_prompt_format_and_an_unknown_format_is_refused(tmp_path):
     profile = CalibrationProfile(
         name="p",
         created="now",
@@ -174,21 +174,21 @@ def test_a_profile_keeps_its_layout_and_an_unknown_format_is_refused(tmp_path):
         dataset_fingerprint="",
         metrics={},
     )
-    assert profile.scoring().layout == QUESTION_FIRST
+    assert profile.scoring().prompt_format == QUESTION_FIRST
     profile.check_bound_to("a" * 64, (PROMPT_FORMAT_VERSION, QUESTION_FIRST))
     future = profile.model_copy(update={"prompt_format": "llamadecide-9"})
     with pytest.raises(ProfileMismatchError, match="prompt format 'llamadecide-9'.*llamadecide-1, llamadecide-2"):
         future.check_bound_to("a" * 64, (PROMPT_FORMAT_VERSION, QUESTION_FIRST))
 
 
-def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
+def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
     import json
 
-    from llamadecide.bench import layouts
+    from llamadecide.bench import prompt_formats
 
-    out = tmp_path / "layouts.json"
+    out = tmp_path / "prompt_formats.json"
     assert (
-        layouts.main(
+        prompt_formats.main(
             [
                 "--model",
                 "smollm2-135m-instruct",
@@ -212,7 +212,7 @@ def test_the_layout_benchmark_prints_its_figures(tmp_path, capsys):
     )
     rows = json.loads(out.read_text())["rows"]
     head = "head, hidden state + lexical (12 labels)"
-    assert [(r["layout"], r["shots"], r["method"]) for r in rows] == [
+    assert [(r["prompt_format"], r["shots"], r["method"]) for r in rows] == [
         (PROMPT_FORMAT_VERSION, 0, "zero-shot"),
         (QUESTION_FIRST, 0, "zero-shot"),
         (QUESTION_FIRST, 0, head),
@@ -262,7 +262,7 @@ def test_heads_on_the_input_only_format_share_one_hidden_state_per_request(engin
 
     def head(k: int) -> Scoring:
         weights = rng.normal(scale=0.05, size=(k, width))
-        return Scoring(layout=INPUT_ONLY, head=Head(weights, rng.normal(size=k), features=maths.HIDDEN_ONLY))
+        return Scoring(prompt_format=INPUT_ONLY, head=Head(weights, rng.normal(size=k), features=maths.HIDDEN_ONLY))
 
     rules = [head(4), head(2)]
     decider = Decider(engine)

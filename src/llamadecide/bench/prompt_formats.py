@@ -1,19 +1,19 @@
-"""What a decision costs per prompt layout, and what it gets right (a script that prints figures).
+"""What a decision costs per prompt format, and what it gets right (a script that prints figures).
 
-    python -m llamadecide.bench.layouts --dataset {agnews,sst2,banking77} [...] --items N [--model M]
+    python -m llamadecide.bench.prompt_formats --dataset {agnews,sst2,banking77} [...] --items N [--model M]
         [--shots-per-class 1 2] [--json FILE]
 
 Per data set, the same N test items are decided in sequence, as a running server sees them (warm,
-a different input each time), once per layout: the state-first format `llamadecide-1`, and each
+a different input each time), once per prompt format: the state-first format `llamadecide-1`, and each
 question-first format (`llamadecide-2`, `llamadecide-3`) zero-shot and with k demonstrations (k per
-class, balanced, from the data set's labelled part; the evaluated items are never shown). A layout's
+class, balanced, from the data set's labelled part; the evaluated items are never shown). A prompt format's
 first request evaluates (and pins) its question prefix: it is timed apart as `first_s` and not
-counted in the per-request figures. Per layout: evaluated rows (tokens) and llama_decode calls per
+counted in the per-request figures. Per prompt_format: evaluated rows (tokens) and llama_decode calls per
 request, p50 / p95 latency, accuracy of the argmax, and the ratios to `llamadecide-1`.
 
---epsilon runs every layout once per bound (0, the server's default: exact; above 0, a large answer
+--epsilon runs every prompt format once per bound (0, the server's default: exact; above 0, a large answer
 trie is expanded best-first, `answer_epsilon`), reporting the largest bound an answer had. --head-labels N
-also fits, for each question-first layout and for the head formats (`llamadecide-4`, the question
+also fits, for each question-first prompt format and for the head formats (`llamadecide-4`, the question
 without its options; `llamadecide-5`, the input alone), a head on the hidden state alone (with the
 lexical expert unless --no-lexical; C by cross-validation) on N items of the labelled part, and
 decides the same test items with it: that head evaluates the prompt only. Its price (rows, p50)
@@ -47,7 +47,7 @@ from llamadecide.decisions.rules import Demonstration, Head
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
 
 
-def run_layout(
+def run_prompt_format(
     engine: Engine,
     decider: Decider,
     question,
@@ -73,7 +73,7 @@ def run_layout(
         losses.append(-float(np.log(max(decision.answers[0].probabilities[int(y)], 1e-12))))
         bounds.append(decision.answers[0].bound)
     return {
-        "layout": rule.layout,
+        "prompt_format": rule.prompt_format,
         "shots": len(rule.demonstrations),
         "method": method,
         "epsilon": decider.epsilon,
@@ -100,7 +100,10 @@ def fit_hidden_head(
             h
             for start in range(0, len(texts), 16)
             for h in measurer.hidden_many(
-                texts[start : start + 16], question, demonstrations=rule.demonstrations, layout=rule.layout
+                texts[start : start + 16],
+                question,
+                demonstrations=rule.demonstrations,
+                prompt_format=rule.prompt_format,
             )
         ]
     )
@@ -128,13 +131,16 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
     pool, test = split(len(items), dataset.labelled, args.items + 1, args.seed)
     texts = [items[i].text for i in test]
     question = task.question()
-    rules = [Scoring(layout=PROMPT_FORMAT_VERSION)]
-    for layout in (*QUESTION_FIRST_FORMATS, INPUT_ONLY):
-        rules.append(Scoring(layout=layout))
-        for per_class in args.shots_per_class if layout not in HEAD_ONLY_FORMATS else ():
+    rules = [Scoring(prompt_format=PROMPT_FORMAT_VERSION)]
+    for prompt_format in (*QUESTION_FIRST_FORMATS, INPUT_ONLY):
+        rules.append(Scoring(prompt_format=prompt_format))
+        for per_class in args.shots_per_class if prompt_format not in HEAD_ONLY_FORMATS else ():
             chosen = choose_demonstrations(items, y, pool, per_class * len(task.options), args.seed)
             rules.append(
-                Scoring(layout=layout, demonstrations=tuple(Demonstration(items[i].text, int(y[i])) for i in chosen))
+                Scoring(
+                    prompt_format=prompt_format,
+                    demonstrations=tuple(Demonstration(items[i].text, int(y[i])) for i in chosen),
+                )
             )
     rows = []
 
@@ -143,11 +149,11 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
         print(json.dumps(rows[-1]), flush=True)
 
     for rule in rules:
-        if args.layouts and rule.layout not in args.layouts:
+        if args.prompt_formats and rule.prompt_format not in args.prompt_formats:
             continue
-        for epsilon in args.epsilon if rule.layout not in HEAD_ONLY_FORMATS else ():  # those show no options
-            record(run_layout(engine, Decider(engine, epsilon=epsilon), question, texts, y[test], rule))
-        if args.head_labels and rule.layout != PROMPT_FORMAT_VERSION:
+        for epsilon in args.epsilon if rule.prompt_format not in HEAD_ONLY_FORMATS else ():  # those show no options
+            record(run_prompt_format(engine, Decider(engine, epsilon=epsilon), question, texts, y[test], rule))
+        if args.head_labels and rule.prompt_format != PROMPT_FORMAT_VERSION:
             shown = {d.input for d in rule.demonstrations}
             labelled = [int(i) for i in pool if items[i].text not in shown][: args.head_labels]
             head = fit_hidden_head(
@@ -155,7 +161,7 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
             )
             expert = " + lexical" if args.lexical else ""
             record(
-                run_layout(
+                run_prompt_format(
                     engine,
                     Decider(engine),
                     question,
@@ -169,7 +175,7 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
         (
             r
             for r in rows
-            if r["layout"] == PROMPT_FORMAT_VERSION
+            if r["prompt_format"] == PROMPT_FORMAT_VERSION
             and r["shots"] == 0
             and r["method"] == "zero-shot"
             and r["epsilon"] == min(args.epsilon, default=0.0)
@@ -187,7 +193,7 @@ def print_table(rows: list[dict], console: Console, title: str) -> None:
     table = Table(title=title)
     for column in (
         "data set",
-        "layout",
+        "prompt_format",
         "shots",
         "method",
         "epsilon",
@@ -200,11 +206,11 @@ def print_table(rows: list[dict], console: Console, title: str) -> None:
         "NLL",
         "p50 speed-up",
     ):
-        table.add_column(column, justify="left" if column in ("data set", "layout") else "right")
+        table.add_column(column, justify="left" if column in ("data set", "prompt format") else "right")
     for r in rows:
         table.add_row(
             r["dataset"],
-            r["layout"],
+            r["prompt_format"],
             str(r["shots"]),
             r["method"],
             f"{r['epsilon']:g}",
@@ -223,29 +229,29 @@ def print_table(rows: list[dict], console: Console, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", nargs="+", default=["agnews"], choices=list(DATASETS))
-    parser.add_argument("--items", type=int, default=40, help="test items decided per layout")
+    parser.add_argument("--items", type=int, default=40, help="test items decided per prompt format")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct", help="bundled model name or GGUF path")
     parser.add_argument(
         "--shots-per-class",
         type=int,
         nargs="*",
         default=[1],
-        help="question-first layouts with this many demonstrations per class (none: zero-shot only)",
+        help="question-first prompt formats with this many demonstrations per class (none: zero-shot only)",
     )
-    parser.add_argument("--layouts", nargs="*", default=None, help="only these prompt formats")
+    parser.add_argument("--prompt-formats", "--layouts", nargs="*", default=None, help="only these prompt formats")
     parser.add_argument(
         "--epsilon",
         type=float,
         nargs="*",
         default=[0.0],
-        help="answer bounds to run each layout with (0: exact answer tries; none: heads only)",
+        help="answer bounds to run each prompt format with (0: exact answer tries; none: heads only)",
     )
     parser.add_argument(
         "--head-labels",
         type=int,
         default=0,
         help="also fit and time a head on the hidden state (+ lexical) on this many labelled items, "
-        "every layout but llamadecide-1 (0: none)",
+        "every prompt format but llamadecide-1 (0: none)",
     )
     parser.add_argument("--no-lexical", dest="lexical", action="store_false", help="heads without the lexical expert")
     parser.add_argument("--n-ctx", type=int, default=8192)
