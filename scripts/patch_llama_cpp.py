@@ -15,7 +15,7 @@ Two switches in ggml's CPU flash attention, each read once per process; unset, g
 Without either, ggml switches to its tiled kernel from 64 query rows, which groups KV cells by their
 absolute index, so a row's numbers would depend on where its cells lie and on its batch-mates. The
 engine finds out which switches the loaded library has (their names are in it) and, with neither,
-keeps its calls under 64 rows (llamadecide/engine/batches.py).
+keeps its calls under 64 rows (llamadecide/engine/decoder.py).
 
     python scripts/patch_llama_cpp.py SOURCE_DIR   # the unpacked llama_cpp_python-VERSION sdist
 """

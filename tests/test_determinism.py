@@ -12,7 +12,7 @@ import pytest
 
 from llamadecide.decisions import Decider, Demonstration, Head, Scoring, choice, maths, predicate, score
 from llamadecide.engine import Engine, EngineConfig, SamplingParams, bundled_model_path
-from llamadecide.engine.batches import MIN_CALL_ROWS, plan_calls
+from llamadecide.engine.decoder import MIN_CALL_ROWS, plan_calls
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 EXACT = 1e-6

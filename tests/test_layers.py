@@ -26,15 +26,16 @@ PACKAGES = {
 # Inside the engine, module by module.
 ENGINE = {
     "config": 0,
+    "values": 0,
     "trie": 0,
     "model_files": 0,
     "chat_template": 0,
-    "batches": 1,
+    "decoder": 1,
     "tokenizer": 1,
     "kv_cache": 2,
     "scoring": 3,
     "generation": 3,
-    "batched": 4,
+    "batch_scorer": 4,
     "llama_engine": 5,
     "__init__": 6,
 }

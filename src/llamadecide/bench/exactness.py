@@ -8,7 +8,7 @@
     python -m llamadecide.bench.exactness [--model PATH]
 
 "shifted - naive" is llama.cpp's sensitivity to KV layout, and "batched - naive" to batch
-composition: both 0 in the engine's deterministic call shapes (`engine/batches.py`), nonzero with
+composition: both 0 in the engine's deterministic call shapes (`engine/decoder.py`), nonzero with
 `deterministic` off. "naive - exact" is llama.cpp's distance from exact arithmetic (8-bit
 activations inside matmuls, f16 KV cache).
 """
@@ -26,7 +26,7 @@ from rich.table import Table
 from llamadecide.bench.reference import ReferenceModel
 from llamadecide.decisions import Decider, choice, predicate
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
-from llamadecide.engine.batches import Rows
+from llamadecide.engine.decoder import Rows
 from llamadecide.engine.kv_cache import PROMPT
 
 TICKET = "I was charged twice for my subscription this month and I want a refund for the second payment."

@@ -16,12 +16,12 @@ from llamadecide.decisions import maths
 from llamadecide.decisions.answers import Answer, Decision, OptionTotals, build_answer
 from llamadecide.decisions.planner import Plan, QuestionPlanner
 from llamadecide.decisions.prompt import render_state
-from llamadecide.decisions.protocol import ScoringEngine
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rules import Evaluation, Scoring, evaluation, per_question
+from llamadecide.decisions.scoring_engine import ScoringEngine
 from llamadecide.decisions.tokenized import canonical_key, common_prefix, split_point
 from llamadecide.decisions.work import Limits, Work
-from llamadecide.engine.config import ScoringInput
+from llamadecide.engine.values import ScoringInput
 from llamadecide.errors import InvalidRequestError, LlamaDecideError
 
 

@@ -13,11 +13,11 @@ import numpy as np
 from llamadecide.decisions.answers import Answer, OptionTotals, build_answer
 from llamadecide.decisions.planner import QuestionPlanner
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, check_prompt_format, render_state
-from llamadecide.decisions.protocol import ScoringEngine
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rotations import shown
 from llamadecide.decisions.rules import Demonstration, Scoring
-from llamadecide.engine.config import ScoringInput
+from llamadecide.decisions.scoring_engine import ScoringEngine
+from llamadecide.engine.values import ScoringInput
 
 
 class Measurer:

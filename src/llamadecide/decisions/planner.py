@@ -13,10 +13,10 @@ import numpy as np
 from llamadecide.decisions import maths
 from llamadecide.decisions.answers import OptionTotals, bounded_totals
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
-from llamadecide.decisions.protocol import ScoringEngine
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rotations import shown
 from llamadecide.decisions.rules import Demonstration, Evaluation, Scoring, evaluation
+from llamadecide.decisions.scoring_engine import ScoringEngine
 from llamadecide.decisions.tokenized import (
     QuestionTokenizer,
     TokenizedQuestion,
@@ -26,7 +26,7 @@ from llamadecide.decisions.tokenized import (
     split_point,
 )
 from llamadecide.decisions.work import Limits, Work, prompt_work, trie_work
-from llamadecide.engine.config import TrieScores
+from llamadecide.engine.values import TrieScores
 from llamadecide.errors import ContextOverflowError
 
 

@@ -12,8 +12,8 @@ import numpy as np
 from llama_cpp import _internals as internals
 from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
 
-from llamadecide.engine.config import GenerationResult, TokenEvent
 from llamadecide.engine.kv_cache import KVCache
+from llamadecide.engine.values import GenerationResult, TokenEvent
 from llamadecide.errors import InvalidRequestError
 
 

@@ -4,7 +4,7 @@ Sequences: 0 holds the most recent prompt prefix, reused by the next call by lon
 prefix; 1..`max_working` are working sequences (an answer trie's continuations) that live for one
 call; the highest ids hold pinned prefixes (a question-first prompt format's question block, k-shot
 demonstrations), kept across calls whatever runs in between; one more is scratch, for the rows that
-pad a small call to a deterministic shape (`batches.plan_calls`).
+pad a small call to a deterministic shape (`decoder.plan_calls`).
 
 The cache is kept compact: used cells are always below free ones, pins lowest (in the order they
 were evaluated), then sequence 0's own cells, then a call's working cells. llama.cpp fills free
@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import llama_cpp
 import numpy as np
 
-from llamadecide.engine.batches import MIN_CALL_ROWS, Decoder, Rows, plan_calls
+from llamadecide.engine.decoder import MIN_CALL_ROWS, Decoder, Rows, plan_calls
 
 PROMPT = 0
 
@@ -56,7 +56,7 @@ class KVCache:
         self.decoder = decoder
         self.n_ctx = n_ctx
         self.deterministic = deterministic
-        self.call_rows = call_rows  # the most rows one call holds (`batches.max_call_rows`, or n_batch)
+        self.call_rows = call_rows  # the most rows one call holds (`decoder.max_call_rows`, or n_batch)
         self.scratch = n_seq_max - 1
         slots = max(0, min(pin_slots, n_seq_max - 3))
         self._pin_ids = list(range(n_seq_max - 2, n_seq_max - 2 - slots, -1))
@@ -106,7 +106,7 @@ class KVCache:
     def evaluate(
         self, rows: Rows, reads: dict[int, Sequence[int]] | None = None, hidden_rows: Sequence[int] = ()
     ) -> tuple[dict[int, dict[int, float]], dict[int, np.ndarray]]:
-        """Evaluate rows in the call shapes of `batches.plan_calls`. reads: row index -> the tokens
+        """Evaluate rows in the call shapes of `decoder.plan_calls`. reads: row index -> the tokens
         whose log-probability to read from that row's output. hidden_rows: rows whose hidden state
         to read (their calls compute every row's output). The caller has made room."""
         reads = reads or {}

@@ -15,14 +15,15 @@ import numpy as np
 from llama_cpp import _internals as internals
 from llama_cpp import _logger as llama_logger
 
-from llamadecide.engine.batched import BatchScorer
-from llamadecide.engine.batches import Decoder, choose_attention, max_call_rows
-from llamadecide.engine.config import EngineConfig, GenerationResult, ScoringInput, TokenEvent, TrieScores
+from llamadecide.engine.batch_scorer import BatchScorer
+from llamadecide.engine.config import EngineConfig
+from llamadecide.engine.decoder import Decoder, choose_attention, max_call_rows
 from llamadecide.engine.generation import SamplingParams, generate_tokens
 from llamadecide.engine.kv_cache import KVCache
 from llamadecide.engine.model_files import file_sha256, gguf_problem
 from llamadecide.engine.scoring import Scorer, check_fits, max_sequence
 from llamadecide.engine.tokenizer import Tokenizer
+from llamadecide.engine.values import GenerationResult, ScoringInput, TokenEvent, TrieScores
 from llamadecide.errors import InvalidRequestError, ModelLoadError
 
 _backend_lock = threading.Lock()
@@ -47,7 +48,7 @@ class Engine:
             raise ModelLoadError(f"model file not found: {path}")
         llama_logger.set_verbose(config.verbose)
         # Deterministic scoring takes a batch-invariant flash attention kernel at any batch size, where
-        # the loaded llama.cpp has one (`batches.max_call_rows`); ggml reads the switch once per process.
+        # the loaded llama.cpp has one (`decoder.max_call_rows`); ggml reads the switch once per process.
         choose_attention(config.deterministic)
         _init_backend()
         self._lock = threading.RLock()
@@ -114,7 +115,7 @@ class Engine:
 
     @property
     def call_rows(self) -> int:
-        """The most rows one llama_decode call holds when scoring (`batches.max_call_rows`)."""
+        """The most rows one llama_decode call holds when scoring (`decoder.max_call_rows`)."""
         return self._kv.call_rows
 
     @property

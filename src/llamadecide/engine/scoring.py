@@ -15,16 +15,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from llamadecide.engine.batches import MIN_CALL_ROWS, Rows
-from llamadecide.engine.config import TrieScores
+from llamadecide.engine.decoder import MIN_CALL_ROWS, Rows
 from llamadecide.engine.kv_cache import PROMPT, KVCache
 from llamadecide.engine.trie import build_trie, frontier, gather, plan_groups, subtree, trie_rows
+from llamadecide.engine.values import TrieScores
 from llamadecide.errors import ContextOverflowError, InvalidRequestError
 
 
 def max_sequence(n_ctx: int) -> int:
     """The longest prompt with its answer the engine scores: the context less the cells a padded
-    call's scratch rows may need (`batches.plan_calls`)."""
+    call's scratch rows may need (`decoder.plan_calls`)."""
     return n_ctx - MIN_CALL_ROWS
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llamadecide.engine.batches import MIN_CALL_ROWS, Rows
-from llamadecide.engine.config import ScoringInput, TrieScores
+from llamadecide.engine.decoder import MIN_CALL_ROWS, Rows
 from llamadecide.engine.kv_cache import KVCache, common_prefix_length
 from llamadecide.engine.scoring import Scorer, check_fits
 from llamadecide.engine.trie import build_trie, gather, trie_rows
+from llamadecide.engine.values import ScoringInput, TrieScores
 from llamadecide.errors import InvalidRequestError
 
 

@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
-from llamadecide.engine.config import ScoringInput, TrieScores
+from llamadecide.engine.values import ScoringInput, TrieScores
 
 
 class ScoringEngine(Protocol):
