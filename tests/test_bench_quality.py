@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from llamadecide.bench import quality
+from llamadecide.bench.baselines import measure
+from llamadecide.bench.datasets import DATASETS
 
-pytestmark = pytest.mark.skipif(
-    not quality.DATASETS["sst2"].path.exists(), reason="shared data not beside the checkout"
-)
+pytestmark = pytest.mark.skipif(not DATASETS["sst2"].path.exists(), reason="shared data not beside the checkout")
 
 
 def test_quality_bench_on_a_slice(tmp_path, capsys):
@@ -104,10 +104,10 @@ def test_measure_reports_guaranteed_coverage_only_when_the_bound_holds():
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 400)
     sure = np.where(y[:, None] == np.arange(2), 0.99, 0.01)  # confident and always right
-    row = quality.measure(sure[200:], y[200:], sure[:200], y[:200])
+    row = measure(sure[200:], y[200:], sure[:200], y[:200])
     assert row["accuracy"] == 1.0 and row["auto_coverage"] == 1.0 and row["auto_precision"] == 1.0
     coin = np.full((400, 2), 0.5)  # no information: nothing can be auto-handled at precision 0.9
-    row = quality.measure(coin[200:], y[200:], coin[:200], y[:200])
+    row = measure(coin[200:], y[200:], coin[:200], y[:200])
     assert row["auto_coverage"] == 0.0 and row["threshold"] is None
 
 

@@ -29,6 +29,7 @@ ENGINE = {
     "values": 0,
     "trie": 0,
     "model_files": 0,
+    "gguf_file": 0,
     "chat_template": 0,
     "decoder": 1,
     "tokenizer": 1,

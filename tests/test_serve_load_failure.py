@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llamadecide.engine import bundled_model_path
-from llamadecide.engine.model_files import gguf_problem
+from llamadecide.engine.gguf_file import gguf_problem
 
 
 def _string(text: str) -> bytes:

@@ -21,7 +21,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from llamadecide.bench.quality import DATASETS
+from llamadecide.bench.datasets import DATASETS
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.decisions import Decider, DecisionInput, Scoring
 from llamadecide.decisions.measuring import Measurer

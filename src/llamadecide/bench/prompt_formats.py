@@ -33,7 +33,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from llamadecide.bench.quality import DATASETS
+from llamadecide.bench.datasets import DATASETS
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, cross_validated, fit_head
 from llamadecide.calibration.profile import HeadParams

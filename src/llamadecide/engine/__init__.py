@@ -21,7 +21,7 @@ _EXPORTS = {
     "SamplingParams": "llamadecide.engine.generation",
     "json_grammar": "llamadecide.engine.generation",
     "bundled_model_path": "llamadecide.engine.model_files",
-    "file_sha256": "llamadecide.engine.model_files",
+    "file_sha256": "llamadecide.engine.gguf_file",
     "resolve_model_path": "llamadecide.engine.model_files",
 }
 

@@ -19,8 +19,8 @@ from llamadecide.engine.batch_scorer import BatchScorer
 from llamadecide.engine.config import EngineConfig
 from llamadecide.engine.decoder import Decoder, choose_attention, max_call_rows
 from llamadecide.engine.generation import SamplingParams, generate_tokens
+from llamadecide.engine.gguf_file import file_sha256, gguf_problem
 from llamadecide.engine.kv_cache import KVCache
-from llamadecide.engine.model_files import file_sha256, gguf_problem
 from llamadecide.engine.scoring import Scorer, check_fits, max_sequence
 from llamadecide.engine.tokenizer import Tokenizer
 from llamadecide.engine.values import GenerationResult, ScoringInput, TokenEvent, TrieScores

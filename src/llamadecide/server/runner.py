@@ -9,7 +9,7 @@ from typing import Any
 
 import uvicorn
 
-from llamadecide.engine.model_files import gguf_problem
+from llamadecide.engine.gguf_file import gguf_problem
 from llamadecide.errors import ModelLoadError
 from llamadecide.server.app import create_app
 from llamadecide.server.scheduler import EngineScheduler
