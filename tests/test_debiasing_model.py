@@ -115,6 +115,10 @@ def test_hidden_state_is_deterministic_and_reuses_the_cache(engine):
     question = choice("Topic?", TOPIC)
     prompt = engine.tokenize_prompt(engine.render_chat(build_messages(NEWS, question)))
     first = engine.hidden_state(prompt)
+    rows = engine.counters["rows"]
+    cached = engine.hidden_state(prompt)
+    assert engine.counters["rows"] - rows == 1  # the cached prompt: only its last token evaluated again
+    assert np.array_equal(first, cached)
     Decider(engine).decide(NEWS, [question])
     engine.clear_cache()
     again = engine.hidden_state(prompt)

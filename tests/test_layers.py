@@ -31,6 +31,7 @@ ENGINE = {
     "model_files": 0,
     "gguf_file": 0,
     "chat_template": 0,
+    "hidden_tap": 0,
     "decoder": 1,
     "tokenizer": 1,
     "kv_cache": 2,

@@ -11,6 +11,7 @@ from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.decisions import Decider, Scoring, choice, predicate
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import (
+    BARE_INPUT_LAST,
     INPUT_LAST,
     INPUT_ONLY,
     INSTRUCTIONS_ONLY,
@@ -222,7 +223,8 @@ def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
         (INPUT_LAST, 0, head),
         (INPUT_LAST, 2, "zero-shot"),
         (INPUT_LAST, 2, head),
-        (INSTRUCTIONS_ONLY, 0, head),  # the head formats show no options: heads only
+        (INSTRUCTIONS_ONLY, 0, head),  # the head formats answer nothing: heads only
+        (BARE_INPUT_LAST, 0, head),
         (INPUT_ONLY, 0, head),
     ]
     for row in rows:
@@ -234,6 +236,7 @@ def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
     for plain, headed in zip(rows[1:9:2], rows[2:9:2]):  # the head evaluates the prompt alone: no answer trie
         assert headed["rows_per_request"] < plain["rows_per_request"]
     assert rows[-1]["rows_per_request"] < rows[6]["rows_per_request"]  # the input alone: fewer rows than -3's head
+    assert rows[-2]["rows_per_request"] < rows[6]["rows_per_request"]  # -3's question pinned, the input alone after
 
 
 def test_the_head_formats_show_no_options_and_the_input_only_one_is_the_same_for_every_question():
@@ -249,6 +252,9 @@ def test_the_head_formats_show_no_options_and_the_input_only_one_is_the_same_for
     assert [m["role"] for m in alone] == ["system", "user"] and alone[-1]["content"] == "Input:\nfirst input"
     with pytest.raises(InvalidRequestError, match="no demonstrations"):
         build_messages("x", TEAMS, [("shown", "billing")], INPUT_ONLY)
+    bare = build_messages("first input", TEAMS, (), BARE_INPUT_LAST)
+    assert bare[:-1] == full[:-1]  # llamadecide-3's pinned prefix, every option listed
+    assert bare[-1] == {"role": "user", "content": "Input:\nfirst input"}  # then the input alone
 
 
 def test_heads_on_the_input_only_format_share_one_hidden_state_per_request(engine):

@@ -24,7 +24,10 @@ options from labels and reads no answer, so its prompt need not list them. `llam
 `llamadecide-3` without the allowed answers (the question's instructions only, a pinned prefix of a
 few dozen tokens instead of one that grows with the options); `llamadecide-5` is the input alone
 after a fixed system text, the same prompt for every question on the model, so several such heads
-about one input read one hidden state. Their answers are never scored (`HEAD_ONLY_FORMATS`).
+about one input read one hidden state. `llamadecide-6` keeps `llamadecide-3`'s pinned prefix (the
+question with every allowed answer) and sends the input alone after it, as the prefix announces
+("Each of my next messages is one input"): the question's context at the rows of `llamadecide-5`.
+Their answers are never scored (`HEAD_ONLY_FORMATS`).
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ QUESTION_FIRST = "llamadecide-2"  # question first, the answers' names after the
 INPUT_LAST = "llamadecide-3"  # question first, the input and the instructions only after it
 INSTRUCTIONS_ONLY = "llamadecide-4"  # llamadecide-3 without the allowed answers (a head's prompt)
 INPUT_ONLY = "llamadecide-5"  # the input alone, the same prompt for every question (a head's prompt)
-QUESTION_FIRST_FORMATS = (QUESTION_FIRST, INPUT_LAST, INSTRUCTIONS_ONLY)
-HEAD_ONLY_FORMATS = (INSTRUCTIONS_ONLY, INPUT_ONLY)  # prompts without the options: a head on the hidden state alone
-PROMPT_FORMATS = (PROMPT_FORMAT_VERSION, QUESTION_FIRST, INPUT_LAST, INSTRUCTIONS_ONLY, INPUT_ONLY)
+BARE_INPUT_LAST = "llamadecide-6"  # llamadecide-3's pinned question, then the input alone (a head's prompt)
+QUESTION_FIRST_FORMATS = (QUESTION_FIRST, INPUT_LAST, INSTRUCTIONS_ONLY, BARE_INPUT_LAST)
+# Prompts whose answers are never scored (no answer prompt after the input): a head on the hidden state alone.
+HEAD_ONLY_FORMATS = (INSTRUCTIONS_ONLY, INPUT_ONLY, BARE_INPUT_LAST)
+PROMPT_FORMATS = (PROMPT_FORMAT_VERSION, QUESTION_FIRST, INPUT_LAST, INSTRUCTIONS_ONLY, INPUT_ONLY, BARE_INPUT_LAST)
 
 SYSTEM_PROMPT = (
     "You are a careful classifier. Read the input, then answer the question about it with "
@@ -126,6 +131,7 @@ def build_messages(
             demonstrations,
             recap_answers=prompt_format == QUESTION_FIRST,
             options=prompt_format != INSTRUCTIONS_ONLY,
+            bare=prompt_format == BARE_INPUT_LAST,
         )
     block = question_block(question)
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
@@ -143,6 +149,7 @@ def _question_first(
     *,
     recap_answers: bool,
     options: bool = True,
+    bare: bool = False,
 ) -> list[dict[str, str]]:
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
@@ -156,9 +163,11 @@ def _question_first(
     # them would make a many-shot prefix grow with options x demonstrations (77 x 77 names is over
     # 30,000 tokens). Both formats then share one pinned prefix.
     for text, answer in demonstrations:
-        messages.append({"role": "user", "content": _question_first_turn(text, question, recap_answers=False)})
+        turn = f"Input:\n{text}" if bare else _question_first_turn(text, question, recap_answers=False)
+        messages.append({"role": "user", "content": turn})
         messages.append({"role": "assistant", "content": answer})
-    messages.append({"role": "user", "content": _question_first_turn(state_text, question, recap_answers)})
+    turn = f"Input:\n{state_text}" if bare else _question_first_turn(state_text, question, recap_answers)
+    messages.append({"role": "user", "content": turn})
     return messages
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from llamadecide.engine.hidden_tap import HiddenTap
+
 MIN_CALL_ROWS = 8  # ggml's tiled K-quant matmul takes over from 8 rows
 MAX_CALL_ROWS = 63  # ggml's tiled flash attention takes over from 64 query rows
 # scripts/patch_llama_cpp.py: switches that make flash attention batch-invariant at any call size
@@ -139,8 +141,10 @@ def log_softmax(row: np.ndarray) -> np.ndarray:
 class Decoder:
     """A llama_batch of n_batch rows over one context; counts calls and rows."""
 
-    def __init__(self, ctx, model, n_batch: int, n_seq_max: int) -> None:
+    def __init__(self, ctx, model, n_batch: int, n_seq_max: int, tap: HiddenTap | None = None) -> None:
         self._ctx = ctx
+        self._tap = tap  # the context's eval callback, when it was created with one
+        self._states: dict[int, np.ndarray] = {}
         self.n_batch = n_batch
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
         self.n_embd = llama_cpp.llama_model_n_embd(model)
@@ -162,12 +166,14 @@ class Decoder:
         outputs: Sequence[bool],
         *,
         padding: int = 0,
-        hidden: bool = False,
+        hidden_rows: Sequence[int] = (),
+        logits: bool = True,
     ) -> None:
         """One llama_decode call (at most n_batch rows). The last `padding` rows are scratch rows,
-        counted apart. With `hidden`, every row's hidden state is computed too (llama.cpp then
-        computes every row's output). Raises RuntimeError when llama.cpp refuses the batch; the
-        caller must then treat the KV cache as unknown."""
+        counted apart. `hidden_rows` (output rows) have their hidden states read; without `logits`
+        nothing reads the call's logits, so the tap stops the call before the vocabulary projection.
+        Raises RuntimeError when llama.cpp refuses the batch; the caller must then treat the KV
+        cache as unknown."""
         batch = self._batch
         n = len(tokens)
         batch.n_tokens = n
@@ -183,13 +189,30 @@ class Decoder:
         self.counters["decode_calls"] += 1
         self.counters["rows"] += n - padding
         self.counters["padding_rows"] += padding
-        if hidden:
+        self._states = {}
+        embeddings = bool(hidden_rows) and self._tap is None  # llama.cpp's own way: every row an output
+        if hidden_rows and self._tap is not None:
+            if not all(outputs[i] for i in hidden_rows):
+                raise ValueError("a row whose hidden state is read must be an output row")
+            rank = {index: r for r, index in enumerate(i for i in range(n) if outputs[i])}
+            self._tap.arm([rank[i] for i in hidden_rows], stop=not logits)
+        elif embeddings:
+            for i in range(n):
+                batch.logits[i] = True
             llama_cpp.llama_set_embeddings(self._ctx, True)
         try:
             code = llama_cpp.llama_decode(self._ctx, batch)
+            if code == 0 and hidden_rows:
+                if embeddings:
+                    self._states = {i: self._embedding(i) for i in hidden_rows}
+                else:
+                    states = self._tap.states
+                    self._states = {i: states[rank[i]] for i in hidden_rows}
         finally:
-            if hidden:
+            if embeddings:
                 llama_cpp.llama_set_embeddings(self._ctx, False)
+            if self._tap is not None:
+                self._tap.disarm()
         if code != 0:
             raise RuntimeError(f"llama_decode failed with code {code}")
 
@@ -200,7 +223,10 @@ class Decoder:
         return log_softmax(row)
 
     def hidden(self, batch_index: int) -> np.ndarray:
-        """A row's final hidden state (after the output norm) from the last call made with `hidden`."""
+        """A row's final hidden state (after the output norm) from the last call, which read it."""
+        return self._states[batch_index]
+
+    def _embedding(self, batch_index: int) -> np.ndarray:
         pointer = llama_cpp.llama_get_embeddings_ith(self._ctx, batch_index)
         if not pointer:
             raise RuntimeError("llama.cpp returned no hidden state for this model")

@@ -108,14 +108,15 @@ class KVCache:
     ) -> tuple[dict[int, dict[int, float]], dict[int, np.ndarray]]:
         """Evaluate rows in the call shapes of `decoder.plan_calls`. reads: row index -> the tokens
         whose log-probability to read from that row's output. hidden_rows: rows whose hidden state
-        to read (their calls compute every row's output). The caller has made room."""
+        to read (output rows, like the rows read). The caller has made room."""
         reads = reads or {}
         wanted = set(hidden_rows)
+        marked = [output or i in wanted for i, output in enumerate(rows.outputs)]  # a hidden state is an output
         found: dict[int, dict[int, float]] = {}
         states: dict[int, np.ndarray] = {}
-        for call in plan_calls(rows.outputs, deterministic=self.deterministic, limit=self.call_rows):
+        for call in plan_calls(marked, deterministic=self.deterministic, limit=self.call_rows):
             span = range(call.start, call.end)
-            outputs = [rows.outputs[i] or i in call.extra_outputs for i in span]
+            outputs = [marked[i] or i in call.extra_outputs for i in span]
             tokens, positions = rows.tokens[call.start : call.end], rows.positions[call.start : call.end]
             seq_ids = rows.seq_ids[call.start : call.end]
             if call.padding:
@@ -124,10 +125,16 @@ class KVCache:
                 seq_ids = seq_ids + [(self.scratch,)] * call.padding
                 outputs = outputs + [any(outputs)] * call.padding
             hidden = [i for i in span if i in wanted]
-            if hidden:
-                outputs = [True] * len(outputs)  # what llama.cpp computes anyway with hidden states on
             try:
-                self.decoder.decode(tokens, positions, seq_ids, outputs, padding=call.padding, hidden=bool(hidden))
+                self.decoder.decode(
+                    tokens,
+                    positions,
+                    seq_ids,
+                    outputs,
+                    padding=call.padding,
+                    hidden_rows=[i - call.start for i in hidden],
+                    logits=any(i in reads for i in span),
+                )
             except RuntimeError:
                 self.clear()  # the cache's state is no longer known
                 raise

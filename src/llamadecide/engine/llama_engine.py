@@ -20,6 +20,7 @@ from llamadecide.engine.config import EngineConfig
 from llamadecide.engine.decoder import Decoder, choose_attention, max_call_rows
 from llamadecide.engine.generation import SamplingParams, generate_tokens
 from llamadecide.engine.gguf_file import file_sha256, gguf_problem
+from llamadecide.engine.hidden_tap import HiddenTap
 from llamadecide.engine.kv_cache import KVCache
 from llamadecide.engine.scoring import Scorer, check_fits, max_sequence
 from llamadecide.engine.tokenizer import Tokenizer
@@ -82,6 +83,10 @@ class Engine:
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         ctx_params.no_perf = True
+        # Hidden states are read from inside the call (`hidden_tap`), without embeddings mode's
+        # vocabulary projection on every row.
+        self._tap = HiddenTap(llama_cpp.llama_model_n_embd(self._model.model))
+        ctx_params.cb_eval = self._tap.callback
         try:
             self._ctx = internals.LlamaContext(model=self._model, params=ctx_params, verbose=config.verbose)
         except ValueError as exc:
@@ -95,7 +100,7 @@ class Engine:
         self.n_vocab = self._model.n_vocab()
         self.n_threads = n_threads
         self.n_gpu_layers = config.n_gpu_layers
-        self._decoder = Decoder(self._ctx.ctx, self._model.model, self.n_batch, self.n_seq_max)
+        self._decoder = Decoder(self._ctx.ctx, self._model.model, self.n_batch, self.n_seq_max, self._tap)
         self._kv = KVCache(
             self._ctx.ctx,
             self._decoder,
