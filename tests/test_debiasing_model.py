@@ -127,6 +127,29 @@ def test_hidden_state_is_deterministic_and_reuses_the_cache(engine):
     assert np.isfinite(first).all() and np.linalg.norm(first) > 0
 
 
+def test_hidden_states_are_read_inside_the_call_as_the_embeddings_mode_reads_them(engine):
+    """The tap copies the last layer's output of the rows asked for and stops a call that reads no
+    logits before the vocabulary projection (counted); the states are bit-identical to those of
+    llama.cpp's embeddings mode, which makes every row an output."""
+    question = choice("Topic?", TOPIC)
+    measurer = Measurer(engine)
+    texts = [NEWS, "The striker scored twice in the cup final.", "A new chip doubles battery life."]
+    decoder = engine._decoder
+    engine.clear_cache()
+    skipped = engine.counters["projections_skipped"]
+    tapped = measurer.hidden_many(texts, question, prompt_format="llamadecide-6")
+    alone = [measurer.hidden(text, question, prompt_format="llamadecide-6") for text in texts]
+    assert engine.counters["projections_skipped"] - skipped >= 1 + len(texts)
+    tap, decoder._tap = decoder._tap, None
+    try:
+        engine.clear_cache()
+        embedded = measurer.hidden_many(texts, question, prompt_format="llamadecide-6")
+    finally:
+        decoder._tap = tap
+    for a, b, c in zip(tapped, alone, embedded):
+        assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
 def test_a_head_reads_log_likelihoods_and_the_hidden_state(engine):
     from llamadecide.decisions.prompt import build_messages
 

@@ -83,7 +83,7 @@ def calibrate_command(
             "--prompt-format",
             help="Prompt formats to compare (repeat): llamadecide-1 (state first), llamadecide-2 and "
             "llamadecide-3 (question first: the question is evaluated once per server, not per request), "
-            "llamadecide-4 and llamadecide-5 (a head's prompt without the options; hidden states only); "
+            "llamadecide-4 to llamadecide-6 (a head's prompt, answering nothing; hidden states only); "
             f"local backend (default: {', '.join(DEFAULTS.prompt_formats)})",
         ),
     ] = None,

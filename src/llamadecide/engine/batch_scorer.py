@@ -126,14 +126,10 @@ class BatchScorer:
                 p.ids, start = ids[start : start + p.work.members], start + p.work.members
                 if p.reuse:
                     kv.share(p.source, p.reuse, p.ids)
-            # Every input's prompt tail first, then every last prompt token and answer trie, so that a
-            # call reading hidden states (it computes every row's output) holds few rows needing none.
-            tails = Rows()
+            # Every input's prompt tail first, then every last prompt token and answer trie.
+            rows = Rows()
             for p in group:
-                tails.extend(p.work.prefix[p.reuse : -1], p.reuse, p.ids)
-            wants_hidden = any(p.work.hidden or not p.work.continuations for p in group)
-            split = wants_hidden and not self.scorer.outputs_cost_less(len(tails))
-            rows = Rows() if split else tails
+                rows.extend(p.work.prefix[p.reuse : -1], p.reuse, p.ids)
             reads: dict[int, dict[int, int]] = {}
             hidden_rows: dict[int, int] = {}  # work index -> row
             node_rows: dict[int, tuple[list, dict[int, int]]] = {}  # work index -> (trie, node -> row)
@@ -153,8 +149,6 @@ class BatchScorer:
                 if p.work.hidden:
                     hidden_rows[p.index] = placed[0]
                 node_rows[p.index] = (trie, placed)
-            if split:
-                kv.evaluate(tails)
             found, states = kv.evaluate(rows, reads, list(hidden_rows.values()))
         for p in group:
             state = states[hidden_rows[p.index]] if p.index in hidden_rows else None

@@ -151,7 +151,8 @@ class Decoder:
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, n_seq_max)
         # Work done since load: llama_decode calls, the batch rows they evaluated for callers, and
         # apart from those the scratch rows added to keep call shapes deterministic.
-        self.counters = {"decode_calls": 0, "rows": 0, "padding_rows": 0}
+        # projections_skipped: calls the tap stopped before the vocabulary projection.
+        self.counters = {"decode_calls": 0, "rows": 0, "padding_rows": 0, "projections_skipped": 0}
 
     def close(self) -> None:
         if self._batch is not None:
@@ -208,6 +209,7 @@ class Decoder:
                 else:
                     states = self._tap.states
                     self._states = {i: states[rank[i]] for i in hidden_rows}
+                    self.counters["projections_skipped"] += self._tap.stopped
         finally:
             if embeddings:
                 llama_cpp.llama_set_embeddings(self._ctx, False)

@@ -37,12 +37,14 @@ class HiddenTap:
         self._stop = False
         self._seen = 0  # output columns seen so far in this call (a call may run as several ubatches)
         self.states: dict[int, np.ndarray] = {}
+        self.stopped = False  # whether the last armed call ended at the hidden states
         self.callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_node)
 
     def arm(self, output_ranks: Sequence[int], *, stop: bool) -> None:
         """Read the hidden states of these output rows (ranks among the call's output rows) in the next
         call; with `stop`, end the call at the hidden states (nothing reads its logits)."""
         self._wanted, self._stop, self._seen, self.states = tuple(output_ranks), stop, 0, {}
+        self.stopped = False
 
     def disarm(self) -> None:
         self._wanted, self._stop = (), False
@@ -62,4 +64,5 @@ class HiddenTap:
             if self._seen <= rank < self._seen + columns:
                 self.states[rank] = data[rank - self._seen].astype(np.float64)
         self._seen += columns
+        self.stopped = self._stop
         return not self._stop

@@ -111,9 +111,7 @@ class Engine:
             deterministic=config.deterministic,
             call_rows=max_call_rows(ctx_params.n_ubatch) if config.deterministic else self.n_batch,
         )
-        n_params = llama_cpp.llama_model_n_params(self._model.model)
-        output_share = self.n_vocab * llama_cpp.llama_model_n_embd(self._model.model) / max(n_params, 1)
-        self._scorer = Scorer(self._kv, call_cost_rows=config.call_cost_rows, output_share=output_share)
+        self._scorer = Scorer(self._kv, call_cost_rows=config.call_cost_rows)
         self._batch_scorer = BatchScorer(self._kv, self._scorer)
         self.tokenizer = Tokenizer(self._model, template_override=config.chat_template, model_label=path.name)
         self._sha256: str | None = None
@@ -132,16 +130,19 @@ class Engine:
 
     @property
     def model_sha256(self) -> str:
+        """SHA-256 of the GGUF file (what calibration profiles are bound to); computed once."""
         if self._sha256 is None:
             self._sha256 = file_sha256(self.model_path)
         return self._sha256
 
     @property
     def gpu_offload_supported(self) -> bool:
+        """Whether this llama.cpp build can offload layers to a GPU."""
         return bool(llama_cpp.llama_supports_gpu_offload())
 
     @property
     def metadata(self) -> dict:
+        """The GGUF's key-value metadata (architecture, context length, ...), as strings."""
         return self.tokenizer.metadata
 
     @property
@@ -151,6 +152,7 @@ class Engine:
         return self._decoder.counters
 
     def close(self) -> None:
+        """Free the context, the batch and the model; the engine is unusable afterwards."""
         with self._lock:
             self._decoder.close()
             self._ctx.close()
@@ -160,40 +162,51 @@ class Engine:
 
     @property
     def chat_template(self):
+        """The chat template in force (the GGUF's, or the configured override)."""
         return self.tokenizer.chat_template
 
     @property
     def chat_template_origin(self) -> str:
+        """Where the chat template came from: 'gguf', 'override' (Jinja source given), or 'builtin:NAME'."""
         return self.tokenizer.chat_template_origin
 
     @property
     def end_of_answer(self) -> list[int]:
+        """The tokens that close an assistant turn in this template (appended to every scored answer)."""
         return self.tokenizer.end_of_answer
 
     @property
     def bos_id(self) -> int:
+        """The beginning-of-sequence token."""
         return self.tokenizer.bos_id
 
     @property
     def eos_id(self) -> int:
+        """The end-of-sequence token."""
         return self.tokenizer.eos_id
 
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        """Tokens of `text` (no BOS added); `special`: parse special-token text such as <|im_end|>."""
         return self.tokenizer.tokenize(text, special=special)
 
     def tokenize_prompt(self, text: str) -> list[int]:
+        """Tokens of a rendered chat prompt, BOS added where the model wants one."""
         return self.tokenizer.tokenize_prompt(text)
 
     def tokenize_answers(self, prompt_text: str, answers: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+        """The prompt's tokens and each answer's tokens as they are tokenized after that prompt (in context)."""
         return self.tokenizer.tokenize_answers(prompt_text, answers)
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        """Text of `tokens`; `special`: render special tokens as their text."""
         return self.tokenizer.detokenize(tokens, special=special)
 
     def is_end_of_generation(self, token: int) -> bool:
+        """Whether generation stops at this token (EOS, end of turn)."""
         return self.tokenizer.is_end_of_generation(token)
 
     def render_chat(self, messages: Sequence[dict], *, add_generation_prompt: bool = True) -> str:
+        """`messages` rendered with the chat template, the assistant turn opened unless told otherwise."""
         return self.tokenizer.render_chat(messages, add_generation_prompt=add_generation_prompt)
 
     # -- the KV cache (`kv_cache`) --------------------------------------------------------------
@@ -214,6 +227,7 @@ class Engine:
             return self._kv.pin(tokens)
 
     def clear_cache(self) -> None:
+        """Drop everything the KV cache holds (sequence 0's prompt, pins, working sequences)."""
         with self._lock:
             self._kv.clear()
 
@@ -251,9 +265,6 @@ class Engine:
         """The final hidden state at the prompt's last token (after the output norm)."""
         with self._lock:
             return self._scorer.hidden_state(prompt)
-
-    def _outputs_cost_less(self, rows: int) -> bool:
-        return self._scorer.outputs_cost_less(rows)
 
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray:
         """Reference path: `tokens` evaluated from an empty cache; log-probabilities from `start` on."""

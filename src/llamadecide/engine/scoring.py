@@ -39,21 +39,9 @@ def check_fits(n_ctx: int, n_tokens: int, what: str) -> None:
 
 
 class Scorer:
-    def __init__(self, kv: KVCache, *, call_cost_rows: int, output_share: float) -> None:
+    def __init__(self, kv: KVCache, *, call_cost_rows: int) -> None:
         self.kv = kv
         self.call_cost_rows = call_cost_rows
-        # What a row's output (the vocabulary projection) costs, as a share of the whole row.
-        self.output_share = output_share
-
-    def outputs_cost_less(self, rows: int) -> bool:
-        """Whether computing the output of `rows` prompt rows (what reading a hidden state in a call
-        makes llama.cpp do) costs less than a llama_decode call of its own."""
-        return rows * self.output_share <= self.call_cost_rows
-
-    def _hidden_in_call(self, tail: int) -> bool:
-        """Whether a hidden state is read in the call that evaluates the prompt's last rows (every
-        row of that call then gets an output) rather than after the prompt is evaluated without."""
-        return self.outputs_cost_less(min(tail, self.kv.call_rows))
 
     def score_trie(
         self,
@@ -87,11 +75,7 @@ class Scorer:
             kv.make_room(prefix[:-1], trie_rows(members))
             reused = kv.prepare(prefix[:-1])
             cached = reused if number == 0 else cached
-            in_call = hidden and number == 0 and self._hidden_in_call(len(prefix) - 1 - reused)
-            if hidden and number == 0 and not in_call:
-                kv.fill(prefix[:-1], reused, PROMPT)
-                kv.extend(prefix[reused:-1])
-            scored, group_state = self._score_group(prefix, members, hidden=in_call)
+            scored, group_state = self._score_group(prefix, members, hidden=hidden and number == 0)
             state = group_state if number == 0 else state
             for i, values in zip(group, scored):
                 results[i] = values
@@ -188,10 +172,7 @@ class Scorer:
         kv = self.kv
         check_fits(kv.n_ctx, len(prompt), "the prompt")
         kv.make_room(prompt, 0)
-        reused = kv.prepare(prompt[:-1])
-        if not self._hidden_in_call(len(prompt) - 1 - reused):
-            kv.fill(prompt[:-1], reused, PROMPT)  # without outputs, then the last row on its own
-            kv.extend(prompt[reused:-1])
+        kv.prepare(prompt[:-1])
         start = len(kv.prompt)
         rows = Rows()
         rows.extend(prompt[start:], start, (PROMPT,))

@@ -33,6 +33,10 @@ ENGINE_COUNTERS = {  # Engine.counters key -> (metric name without _total, help)
         "llamadecide_engine_padding_rows",
         "Scratch rows evaluated to pad small calls to a deterministic shape since the model loaded",
     ),
+    "projections_skipped": (
+        "llamadecide_engine_projections_skipped",
+        "llama_decode calls that read hidden states and no logits, stopped before the vocabulary projection",
+    ),
 }
 
 

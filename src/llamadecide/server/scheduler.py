@@ -45,10 +45,12 @@ class Job:
     time_limit: float | None = None
 
     def expire(self) -> None:
+        """Mark the job timed out and cancel it (what a running job sees at its next check)."""
         self.timed_out = True
         self.cancelled.set()
 
     def timeout_error(self) -> RequestTimeoutError:
+        """The error a timed-out job's request answers with."""
         return RequestTimeoutError(
             f"the request ran past its time limit of {self.time_limit:g} s on the engine "
             "(request_timeout); the engine moved on"
@@ -80,6 +82,7 @@ class EngineScheduler:
 
     @property
     def depth(self) -> int:
+        """Requests waiting for the engine or on it now."""
         return self._pending
 
     def _admit(self, cancelled: threading.Event) -> None:
@@ -116,6 +119,7 @@ class EngineScheduler:
         return run
 
     def new_job(self) -> Job:
+        """A job with this scheduler's time limit, for one request's work."""
         return Job(time_limit=self.time_limit)
 
     async def run(
@@ -250,5 +254,6 @@ class EngineScheduler:
             cancelled.set()
 
     def shutdown(self) -> None:
+        """Cancel every admitted job (as `drain_expired`) and stop the engine thread without waiting for it."""
         self.drain_expired()
         self._executor.shutdown(wait=False, cancel_futures=True)
