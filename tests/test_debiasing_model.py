@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from llamadecide.decisions import Decider, Scoring, choice, maths, predicate, sc
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.rotations import rotate
 from llamadecide.decisions.rules import Demonstration, Head
+from llamadecide.engine import Engine
 from llamadecide.errors import InvalidRequestError
 from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY
 
@@ -134,18 +137,17 @@ def test_hidden_states_are_read_inside_the_call_as_the_embeddings_mode_reads_the
     question = choice("Topic?", TOPIC)
     measurer = Measurer(engine)
     texts = [NEWS, "The striker scored twice in the cup final.", "A new chip doubles battery life."]
-    decoder = engine._decoder
     engine.clear_cache()
     skipped = engine.counters["projections_skipped"]
     tapped = measurer.hidden_many(texts, question, prompt_format="llamadecide-6")
     alone = [measurer.hidden(text, question, prompt_format="llamadecide-6") for text in texts]
     assert engine.counters["projections_skipped"] - skipped >= 1 + len(texts)
-    tap, decoder._tap = decoder._tap, None
+    plain = Engine(dataclasses.replace(engine.config, hidden_tap=False))
     try:
-        engine.clear_cache()
-        embedded = measurer.hidden_many(texts, question, prompt_format="llamadecide-6")
+        embedded = Measurer(plain).hidden_many(texts, question, prompt_format="llamadecide-6")
+        assert plain.counters["projections_skipped"] == 0
     finally:
-        decoder._tap = tap
+        plain.close()
     for a, b, c in zip(tapped, alone, embedded):
         assert np.array_equal(a, b) and np.array_equal(a, c)
 

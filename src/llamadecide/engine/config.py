@@ -37,5 +37,8 @@ class EngineConfig:
     # kernels by batch size, so a token's numbers would depend on what else is in its batch. Off by
     # default: no measurable prompt speed-up on the bundled models, and scores stay batch-independent.
     repack: bool = False
+    # Read hidden states inside the call (`hidden_tap`: no vocabulary projection for calls that read
+    # no logits); off, or for a model whose graph names no `result_norm`: llama.cpp's embeddings mode.
+    hidden_tap: bool = True
     chat_template: str | None = None  # Jinja source, or a built-in name (chatml, gemma), overriding the GGUF's
     verbose: bool = False

@@ -208,6 +208,8 @@ class Decoder:
                     self._states = {i: self._embedding(i) for i in hidden_rows}
                 else:
                     states = self._tap.states
+                    if any(rank[i] not in states for i in hidden_rows):
+                        raise LookupError("the call's graph has no result_norm tensor for the tap to read")
                     self._states = {i: states[rank[i]] for i in hidden_rows}
                     self.counters["projections_skipped"] += self._tap.stopped
         finally:
@@ -217,6 +219,20 @@ class Decoder:
                 self._tap.disarm()
         if code != 0:
             raise RuntimeError(f"llama_decode failed with code {code}")
+
+    def tap_works(self, token: int) -> bool:
+        """Probe the tap with one row in sequence 0 (the caller clears the cache): whether this model's
+        graph has the tensor it reads. Without it, hidden states come from the embeddings mode."""
+        if self._tap is None:
+            return False
+        try:
+            self.decode([token], [0], [(0,)], [True], hidden_rows=[0], logits=False)
+        except LookupError:
+            self._tap = None
+            return False
+        finally:
+            self.counters.update(decode_calls=0, rows=0, padding_rows=0, projections_skipped=0)
+        return True
 
     def logprobs(self, batch_index: int) -> np.ndarray:
         """Log-softmax of a row's logits from the last call (-1: its last output row)."""

@@ -5,6 +5,7 @@ tries, hidden states, reference paths), `generation` (sampling)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -26,6 +27,8 @@ from llamadecide.engine.scoring import Scorer, check_fits, max_sequence
 from llamadecide.engine.tokenizer import Tokenizer
 from llamadecide.engine.values import GenerationResult, ScoringInput, TokenEvent, TrieScores
 from llamadecide.errors import InvalidRequestError, ModelLoadError
+
+log = logging.getLogger(__name__)
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -85,8 +88,9 @@ class Engine:
         ctx_params.no_perf = True
         # Hidden states are read from inside the call (`hidden_tap`), without embeddings mode's
         # vocabulary projection on every row.
-        self._tap = HiddenTap(llama_cpp.llama_model_n_embd(self._model.model))
-        ctx_params.cb_eval = self._tap.callback
+        self._tap = HiddenTap(llama_cpp.llama_model_n_embd(self._model.model)) if config.hidden_tap else None
+        if self._tap is not None:
+            ctx_params.cb_eval = self._tap.callback
         try:
             self._ctx = internals.LlamaContext(model=self._model, params=ctx_params, verbose=config.verbose)
         except ValueError as exc:
@@ -115,6 +119,9 @@ class Engine:
         self._batch_scorer = BatchScorer(self._kv, self._scorer)
         self.tokenizer = Tokenizer(self._model, template_override=config.chat_template, model_label=path.name)
         self._sha256: str | None = None
+        if self._tap is not None and not self._decoder.tap_works(0):
+            log.warning("%s: no result_norm tensor in the graph; hidden states through embeddings mode", path.name)
+        self._kv.clear()
 
     @property
     def call_rows(self) -> int:
