@@ -190,3 +190,14 @@ def test_an_answer_does_not_depend_on_the_other_questions_or_their_order(engine)
         .probabilities
     )
     assert alone == beside == reordered == renamed  # bit-identical, not merely close
+
+
+def test_the_hidden_state_benchmark_prints_its_figures(capsys):
+    from llamadecide.bench import hidden_states
+    from llamadecide.bench.datasets import DATASETS
+
+    if not DATASETS["sst2"].path.exists():
+        pytest.skip("shared data not beside the checkout")
+    assert hidden_states.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--items", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "states bit-identical both ways" in out and out.count("| llamadecide-") == 6

@@ -388,6 +388,7 @@ def test_metrics(server):
     }
     assert engine["llamadecide_engine_decode_calls_total"] >= 1 and engine["llamadecide_engine_rows_total"] >= 8
     assert engine["llamadecide_engine_batch_decisions_count"] >= 1 and "llamadecide_engine_padding_rows_total" in engine
+    assert "llamadecide_engine_projections_skipped_total" in engine
     post(server, "/v1/decisions", decision(input="Another input entirely, so the cache cannot serve it."))
     again = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=120).text
     assert f"llamadecide_engine_batch_decisions_count {engine['llamadecide_engine_batch_decisions_count'] + 1}" in again
