@@ -141,7 +141,14 @@ def log_softmax(row: np.ndarray) -> np.ndarray:
 class Decoder:
     """A llama_batch of n_batch rows over one context; counts calls and rows."""
 
-    def __init__(self, ctx, model, n_batch: int, n_seq_max: int, tap: HiddenTap | None = None) -> None:
+    def __init__(
+        self,
+        ctx: llama_cpp.llama_context_p,
+        model: llama_cpp.llama_model_p,
+        n_batch: int,
+        n_seq_max: int,
+        tap: HiddenTap | None = None,
+    ) -> None:
         self._ctx = ctx
         self._tap = tap  # the context's eval callback, when it was created with one
         self._states: dict[int, np.ndarray] = {}

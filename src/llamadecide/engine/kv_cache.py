@@ -42,7 +42,7 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 class KVCache:
     def __init__(
         self,
-        ctx,
+        ctx: llama_cpp.llama_context_p,
         decoder: Decoder,
         *,
         n_ctx: int,
