@@ -47,10 +47,11 @@ def test_the_recommendation_is_the_cheapest_pair_meeting_the_share_rule():
     rec = recommend(models, target_precision=0.95)
     assert rec["required_auto_share"] == pytest.approx(0.75)  # best share less 5 points
     assert (rec["choice"]["model"], rec["choice"]["instance"]) == ("small", "cpu.large")
-    assert rec["runner_up"]["model"] == "big" and "2.50x" in rec["runner_up"]["why"]
+    assert rec["runner_up"]["model"] == "big" and "2.50x" in rec["runner_up"]["why"]  # meets the rule, dearer
     assert "tiny" in rec["why"]  # said to be below the share
     strict = recommend(models, target_precision=0.95, min_auto_share=0.79)
     assert strict["choice"]["model"] == "big"
+    assert strict["runner_up"]["model"] == "tiny" and "below the required 79.0%" in strict["runner_up"]["why"]
     assert recommend(models[3:], target_precision=0.95)["choice"] is None
 
 

@@ -76,8 +76,8 @@ def pareto_front(models: list[dict]) -> list[tuple[str, str]]:
 
 def recommend(models: list[dict], target_precision: float, min_auto_share: float | None = None) -> dict:
     """The cheapest (model, instance) per 1,000 automatically handled decisions among models whose
-    threshold reaches the target precision on at least the required share; the runner-up is the
-    cheapest such pair on another model (else on another instance), with why it lost."""
+    threshold reaches the target precision on at least the required share, and the runner-up with
+    why it lost."""
     reaching = [m for m in models if not m.get("error") and m.get("threshold") is not None]
     if not reaching:
         return {
@@ -101,16 +101,27 @@ def recommend(models: list[dict], target_precision: float, min_auto_share: float
         return {"choice": None, "rule": rule, "why": "no model with a priced instance handles that share"}
     model, instance = candidates[0]
     choice = _pair(model, instance)
-    others = [pair for pair in candidates[1:] if pair[0]["model"] != model["model"]] or candidates[1:]
+    cost = instance["usd_per_1000_auto"]
+    # The runner-up: the cheapest pair on another model that meets the rule, else the cheapest pair on
+    # another model at all (it lost on share), else the same model's next instance.
+    ranked = sorted(priced(reaching), key=lambda pair: (pair[1]["usd_per_1000_auto"], -pair[0]["auto_share"]))
+    others = [pair for pair in candidates[1:] if pair[0]["model"] != model["model"]]
+    others = others or [pair for pair in ranked if pair[0]["model"] != model["model"]] or candidates[1:]
     runner_up = None
     if others:
         second_model, second_instance = others[0]
         runner_up = _pair(second_model, second_instance)
-        ratio = second_instance["usd_per_1000_auto"] / instance["usd_per_1000_auto"]
-        runner_up["why"] = (
-            f"{ratio:.2f}x the cost per 1,000 automatically handled decisions "
-            f"({second_model['auto_share']:.1%} handled automatically against {model['auto_share']:.1%})"
-        )
+        ratio = second_instance["usd_per_1000_auto"] / cost
+        if second_model["auto_share"] < required - 1e-12:
+            runner_up["why"] = (
+                f"handles {second_model['auto_share']:.1%} automatically, below the required {required:.1%}, "
+                f"at {ratio:.2f}x the cost per 1,000 automatically handled decisions"
+            )
+        else:
+            runner_up["why"] = (
+                f"{ratio:.2f}x the cost per 1,000 automatically handled decisions "
+                f"({second_model['auto_share']:.1%} handled automatically against {model['auto_share']:.1%})"
+            )
     left_out = sorted(m["model"] for m in reaching if m["auto_share"] < required - 1e-12)
     why = (
         f"{model['model']} on {instance['name']}: {instance['usd_per_1000_auto']:.4f} USD per 1,000 automatically "
