@@ -5,14 +5,7 @@ from /opt/ml/model/profiles when the archive has them, and SM_LLAMA_CPP_* settin
 from __future__ import annotations
 
 import logging
-import os
 import sys
-
-# A SageMaker instance serves one process: let OpenMP threads spin briefly at ggml's barriers (hundreds
-# a call) before sleeping. Alone on 2 cores the default model's 32-row call takes 0.18 s instead of
-# 0.20 s; beside a busy process it would take 0.52 s instead of 0.37 s, so the library keeps PASSIVE
-# waiting with no spin elsewhere (docs/settings.md). Set before llama.cpp loads.
-os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 
 def sagemaker_settings():
