@@ -16,32 +16,38 @@ from llamadecide.errors import LlamaDecideError
 
 DEFAULTS = RunConfig(out_dir=Path("calibration-out"))  # every default below is RunConfig's
 
+# Options `calibrate` and `plan` share, declared once (their defaults stay RunConfig's, at each use).
+LabelledFileArgument = Annotated[Path, typer.Argument(help="Labelled file: CSV, TSV or JSONL")]
+TextColumnOption = Annotated[
+    str, typer.Option("--text-column", help="Column (name, or index for headerless files) holding the text")
+]
+LabelColumnOption = Annotated[str, typer.Option("--label-column", help="Column holding the gold label")]
+CalibrationSizeOption = Annotated[
+    Optional[int], typer.Option("--calibration-size", help="Items to fit on (default: a third)")
+]
+TestSizeOption = Annotated[Optional[int], typer.Option("--test-size", help="Items to measure on (default: the rest)")]
+SeedOption = Annotated[int, typer.Option("--seed", help="Split seed")]
+TargetPrecisionOption = Annotated[
+    float, typer.Option("--target-precision", help="Precision the automatically handled answers must reach")
+]
+ConfidenceOption = Annotated[float, typer.Option("--confidence", help="Confidence of that guarantee")]
+
 
 def calibrate_command(
-    data: Annotated[Path, typer.Argument(help="Labelled file: CSV, TSV or JSONL")],
+    data: LabelledFileArgument,
     task: Annotated[Path, typer.Option("--task", help="Task file (YAML or JSON): question, options, label mapping")],
-    text_column: Annotated[
-        str, typer.Option("--text-column", help="Column (name, or index for headerless files) holding the text")
-    ] = "text",
-    label_column: Annotated[str, typer.Option("--label-column", help="Column holding the gold label")] = "label",
+    text_column: TextColumnOption = "text",
+    label_column: LabelColumnOption = "label",
     backend: Annotated[
         Optional[str],
         typer.Option("--backend", help="local (default), an http(s):// server URL, or sagemaker:ENDPOINT[@REGION]"),
     ] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key", help="Key for an http backend")] = None,
-    calibration_size: Annotated[
-        Optional[int], typer.Option("--calibration-size", help="Items to fit on (default: a third)")
-    ] = DEFAULTS.calibration_size,
-    test_size: Annotated[
-        Optional[int], typer.Option("--test-size", help="Items to measure on (default: the rest)")
-    ] = DEFAULTS.test_size,
-    seed: Annotated[int, typer.Option("--seed", help="Split seed")] = DEFAULTS.seed,
-    target_precision: Annotated[
-        float, typer.Option("--target-precision", help="Precision the auto-handled answers must reach")
-    ] = DEFAULTS.target_precision,
-    confidence_level: Annotated[
-        float, typer.Option("--confidence", help="Confidence of that guarantee")
-    ] = DEFAULTS.confidence_level,
+    calibration_size: CalibrationSizeOption = DEFAULTS.calibration_size,
+    test_size: TestSizeOption = DEFAULTS.test_size,
+    seed: SeedOption = DEFAULTS.seed,
+    target_precision: TargetPrecisionOption = DEFAULTS.target_precision,
+    confidence_level: ConfidenceOption = DEFAULTS.confidence_level,
     conformal_alpha: Annotated[
         float, typer.Option("--conformal-alpha", help="Miscoverage of conformal sets")
     ] = DEFAULTS.conformal_alpha,

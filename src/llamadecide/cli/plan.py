@@ -8,29 +8,33 @@ from typing import Annotated, Optional
 
 import typer
 
-from llamadecide.cli.calibrate import DEFAULTS
+from llamadecide.cli.calibrate import (
+    DEFAULTS,
+    CalibrationSizeOption,
+    ConfidenceOption,
+    LabelColumnOption,
+    LabelledFileArgument,
+    SeedOption,
+    TargetPrecisionOption,
+    TestSizeOption,
+    TextColumnOption,
+)
 from llamadecide.cli.common import CtxOption, ThreadsOption, fail, wide_console
 
 
 def plan_command(
-    data: Annotated[Path, typer.Argument(help="Labelled file: CSV, TSV or JSONL")],
+    data: LabelledFileArgument,
     task: Annotated[str, typer.Option("--task", help="Task file (YAML or JSON), or a packaged task name")],
-    text_column: Annotated[
-        str, typer.Option("--text-column", help="Column (name, or index) holding the text")
-    ] = "text",
-    label_column: Annotated[str, typer.Option("--label-column", help="Column holding the gold label")] = "label",
+    text_column: TextColumnOption = "text",
+    label_column: LabelColumnOption = "label",
     models: Annotated[
         list[str],
         typer.Option(
             "--model", "-m", help="Bundled model name or GGUF path (repeat; default: every installed bundled model)"
         ),
     ] = [],
-    target_precision: Annotated[
-        float, typer.Option("--target-precision", help="Precision the automatically handled answers must reach")
-    ] = DEFAULTS.target_precision,
-    confidence_level: Annotated[
-        float, typer.Option("--confidence", help="Confidence of that guarantee")
-    ] = DEFAULTS.confidence_level,
+    target_precision: TargetPrecisionOption = DEFAULTS.target_precision,
+    confidence_level: ConfidenceOption = DEFAULTS.confidence_level,
     min_auto_share: Annotated[
         Optional[float],
         typer.Option(
@@ -41,13 +45,9 @@ def plan_command(
             "model reaches, less 5 points)",
         ),
     ] = None,
-    calibration_size: Annotated[
-        Optional[int], typer.Option("--calibration-size", help="Items to fit on (default: a third)")
-    ] = DEFAULTS.calibration_size,
-    test_size: Annotated[
-        Optional[int], typer.Option("--test-size", help="Items to measure on (default: the rest)")
-    ] = DEFAULTS.test_size,
-    seed: Annotated[int, typer.Option("--seed", help="Split seed")] = DEFAULTS.seed,
+    calibration_size: CalibrationSizeOption = DEFAULTS.calibration_size,
+    test_size: TestSizeOption = DEFAULTS.test_size,
+    seed: SeedOption = DEFAULTS.seed,
     row_budget: Annotated[
         int, typer.Option("--row-budget", min=0, help="calibrate's row budget, per model (0: no limit)")
     ] = DEFAULTS.row_budget or 0,
