@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _fmt(v, spec=".3f") -> str:
+def fmt(v, spec=".3f") -> str:
+    """A figure, or "-" where there is none."""
     return "-" if v is None else format(v, spec)
 
 
@@ -21,13 +22,13 @@ def markdown(results: dict) -> str:
     ]
     for r in results["levels"]:
         lines.append(
-            f"| {r['device']} | {r['kind']} | {r['concurrency']} | {_fmt(r['p50_s'])} | {_fmt(r['p95_s'])} | "
-            f"{_fmt(r['p99_s'])} | "
-            f"{r['throughput_rps']:.2f} | {_fmt(r.get('throughput_ratio'), '.2f')}x | {r['error_rate']:.1%} "
-            f"| {_fmt(r.get('accuracy'))} | "
-            f"{_fmt(r.get('invalid_answer_rate'), '.1%')} | {_fmt(r.get('rows_per_request'), '.1f')} | "
-            f"{_fmt(r.get('decisions_per_engine_run'), '.2f')} | {_fmt(r.get('floor_s_per_request'))} | "
-            f"{_fmt(r.get('floor_efficiency'), '.2f')} |"
+            f"| {r['device']} | {r['kind']} | {r['concurrency']} | {fmt(r['p50_s'])} | {fmt(r['p95_s'])} | "
+            f"{fmt(r['p99_s'])} | "
+            f"{r['throughput_rps']:.2f} | {fmt(r.get('throughput_ratio'), '.2f')}x | {r['error_rate']:.1%} "
+            f"| {fmt(r.get('accuracy'))} | "
+            f"{fmt(r.get('invalid_answer_rate'), '.1%')} | {fmt(r.get('rows_per_request'), '.1f')} | "
+            f"{fmt(r.get('decisions_per_engine_run'), '.2f')} | {fmt(r.get('floor_s_per_request'))} | "
+            f"{fmt(r.get('floor_efficiency'), '.2f')} |"
         )
     if results.get("seconds_per_row"):
         lines += [
@@ -38,7 +39,7 @@ def markdown(results: dict) -> str:
         ]
     if results["threads"]:
         lines += ["", "| threads | p50 s | req/s |", "| --- | --- | --- |"]
-        lines += [f"| {t['threads']} | {_fmt(t['p50_s'])} | {t['throughput_rps']:.2f} |" for t in results["threads"]]
+        lines += [f"| {t['threads']} | {fmt(t['p50_s'])} | {t['throughput_rps']:.2f} |" for t in results["threads"]]
     lines += [
         "",
         f"Cost per 1,000 decisions at the best CPU concurrency ({results['cost']['best_cpu_concurrency']}):",
@@ -49,8 +50,8 @@ def markdown(results: dict) -> str:
     for c in results["cost"]["rows"]:
         lines.append(
             f"| {c['instance_type']} | {c['vcpu']} | {c['gpu'] or '-'} | {c['usd_per_hour']} | "
-            f"{_fmt(c['requests_per_second'], '.2f')} | "
-            f"{_fmt(c['usd_per_1000'], '.4f')} | {c['basis']} |"
+            f"{fmt(c['requests_per_second'], '.2f')} | "
+            f"{fmt(c['usd_per_1000'], '.4f')} | {c['basis']} |"
         )
     lines += ["", f"Prices: {results['cost']['source']}", "", f"GPU: {results['gpu']}"]
     return "\n".join(lines) + "\n"
@@ -80,17 +81,17 @@ def print_tables(results: dict, console: Console) -> None:
             r["device"],
             r["kind"],
             str(r["concurrency"]),
-            _fmt(r["p50_s"]),
-            _fmt(r["p95_s"]),
-            _fmt(r["p99_s"]),
+            fmt(r["p50_s"]),
+            fmt(r["p95_s"]),
+            fmt(r["p99_s"]),
             f"{r['throughput_rps']:.2f}",
-            _fmt(r.get("throughput_ratio"), ".2f") + "x",
+            fmt(r.get("throughput_ratio"), ".2f") + "x",
             f"{r['error_rate']:.1%}",
-            _fmt(r.get("accuracy")),
-            _fmt(r.get("invalid_answer_rate"), ".1%"),
-            _fmt(r.get("rows_per_request"), ".0f"),
-            _fmt(r.get("decisions_per_engine_run"), ".1f"),
-            _fmt(r.get("floor_efficiency"), ".2f"),
+            fmt(r.get("accuracy")),
+            fmt(r.get("invalid_answer_rate"), ".1%"),
+            fmt(r.get("rows_per_request"), ".0f"),
+            fmt(r.get("decisions_per_engine_run"), ".1f"),
+            fmt(r.get("floor_efficiency"), ".2f"),
         )
     console.print(table)
     cost = Table(title="cost per 1,000 decisions")
@@ -100,8 +101,8 @@ def print_tables(results: dict, console: Console) -> None:
         cost.add_row(
             c["instance_type"],
             f"{c['usd_per_hour']}",
-            _fmt(c["requests_per_second"], ".2f"),
-            _fmt(c["usd_per_1000"], ".4f"),
+            fmt(c["requests_per_second"], ".2f"),
+            fmt(c["usd_per_1000"], ".4f"),
             c["basis"],
         )
     console.print(cost)

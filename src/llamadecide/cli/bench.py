@@ -84,6 +84,7 @@ def bench_command(
     from llamadecide.bench.server_process import ServerProcess
     from llamadecide.calibration.data import load_task, read_labelled
     from llamadecide.cli.common import fail, wide_console
+    from llamadecide.engine.model_files import default_model
     from llamadecide.errors import LlamaDecideError
 
     console = wide_console(140)
@@ -112,7 +113,7 @@ def bench_command(
         "threads": [],
         "machine": {"cpus": os.cpu_count()},
         # What `plan --gpu-results` matches a model by; unknown for a server started elsewhere.
-        "model": model or (None if url else _default_model()),
+        "model": model or (None if url else default_model()),
     }
     records_file = (out / "records.jsonl").open("w")
 
@@ -261,14 +262,6 @@ def bench_command(
     plot(results, out / "latency_throughput.png")
     print_tables(results, console)
     console.print(f"wrote {out}/results.json, results.md, latency_throughput.png, records.jsonl")
-
-
-def _default_model() -> str:
-    """What a server started without --model serves: the GGUF under /opt/ml/model, else the default."""
-    from llamadecide.engine.model_files import default_model_name, first_gguf, model_dir
-
-    found = first_gguf(model_dir())
-    return str(found) if found is not None else default_model_name()
 
 
 def _gpu_build() -> bool:

@@ -219,17 +219,26 @@ def _get(name: str) -> BundledModel:
         raise ModelLoadError(f"unknown bundled model {name!r}; known: {', '.join(BUNDLED)}") from None
 
 
+READY = "ready"
+PARTS_INSTALLED = "parts installed (assembled on first use)"
+
+
 def install_state(name: str) -> str:
-    """'ready', 'parts installed (assembled on first use)', 'k of N parts installed', 'not installed'."""
+    """READY, PARTS_INSTALLED, 'k of N parts installed', 'not installed'."""
     model = _get(name)
     if model.parts:
         if _is_assembled(model):
-            return "ready"
+            return READY
         present = sum(1 for p in model.parts if _package_dir(p.package) is not None)
         if present == len(model.parts):
-            return "parts installed (assembled on first use)"
+            return PARTS_INSTALLED
         return f"{present} of {len(model.parts)} parts installed" if present else "not installed"
-    return "ready" if _package_dir(model.package or "") is not None else "not installed"
+    return READY if _package_dir(model.package or "") is not None else "not installed"
+
+
+def installed(name: str) -> bool:
+    """Whether a bundled model can be loaded without installing anything (it may still be assembled)."""
+    return install_state(name) in (READY, PARTS_INSTALLED)
 
 
 def _is_assembled(model: BundledModel) -> bool:
@@ -324,12 +333,17 @@ def first_gguf(directory: Path) -> Path | None:
     return files[0] if files else None
 
 
+def default_model() -> str:
+    """What is served when no model is named: the GGUF under /opt/ml/model when there is one (its
+    path), else the bundled default (its name)."""
+    found = first_gguf(model_dir())
+    return str(found) if found is not None else default_model_name()
+
+
 def resolve_model_path(model: str | Path | None) -> Path:
-    """An explicit file, a directory holding a GGUF, a bundled model name, or (None) the model
-    under /opt/ml/model when present, else the bundled default."""
+    """An explicit file, a directory holding a GGUF, a bundled model name, or (None) `default_model()`."""
     if model is None or str(model) == "":
-        found = first_gguf(model_dir())
-        return found if found is not None else bundled_model_path()
+        model = default_model()
     if str(model) in BUNDLED:
         return bundled_model_path(str(model))
     path = Path(model).expanduser()

@@ -93,10 +93,9 @@ def recommend(models: list[dict], target_precision: float, min_auto_share: float
         f"handling at least {required:.1%} automatically"
         + ("" if min_auto_share is not None else f" (the best share, {best_share:.1%}, less 5 points)")
     )
-    candidates = sorted(
-        (pair for pair in priced(reaching) if pair[0]["auto_share"] >= required - 1e-12),
-        key=lambda pair: (pair[1]["usd_per_1000_auto"], -pair[0]["auto_share"]),
-    )
+    # Cheapest first (per 1,000 automatically handled; on a tie, the larger share).
+    ranked = sorted(priced(reaching), key=lambda pair: (pair[1]["usd_per_1000_auto"], -pair[0]["auto_share"]))
+    candidates = [pair for pair in ranked if pair[0]["auto_share"] >= required - 1e-12]
     if not candidates:
         return {"choice": None, "rule": rule, "why": "no model with a priced instance handles that share"}
     model, instance = candidates[0]
@@ -104,7 +103,6 @@ def recommend(models: list[dict], target_precision: float, min_auto_share: float
     cost = instance["usd_per_1000_auto"]
     # The runner-up: the cheapest pair on another model that meets the rule, else the cheapest pair on
     # another model at all (it lost on share), else the same model's next instance.
-    ranked = sorted(priced(reaching), key=lambda pair: (pair[1]["usd_per_1000_auto"], -pair[0]["auto_share"]))
     others = [pair for pair in candidates[1:] if pair[0]["model"] != model["model"]]
     others = others or [pair for pair in ranked if pair[0]["model"] != model["model"]] or candidates[1:]
     runner_up = None

@@ -10,9 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-
-def _fmt(value, spec: str = ".3f") -> str:
-    return "-" if value is None else format(value, spec)
+from llamadecide.bench.results import fmt
 
 
 def pareto_plot(result: dict, path: Path) -> None:
@@ -100,8 +98,8 @@ def write_html(result: dict, out: Path) -> None:
             continue
         parts.append(
             f"<tr><td>{esc(m['model'])}</td><td>{esc(m['method'])} ({esc(m['prompt_format'])})</td>"
-            f"<td>{m['accuracy']:.3f}</td><td>{m['ece']:.4f}</td><td>{_fmt(m['threshold'], '.2f')}</td>"
-            f"<td>{m['auto_share']:.1%}</td><td>{_fmt(m['precision_on_test'])}</td><td>{_fmt(m['p50_s'])}</td>"
+            f"<td>{m['accuracy']:.3f}</td><td>{m['ece']:.4f}</td><td>{fmt(m['threshold'], '.2f')}</td>"
+            f"<td>{m['auto_share']:.1%}</td><td>{fmt(m['precision_on_test'])}</td><td>{fmt(m['p50_s'])}</td>"
             f"<td>{m['throughput_rps']:.2f}</td><td>{m['calibrate_s']:.0f}</td></tr>"
         )
     parts.append("</table>")
@@ -116,8 +114,8 @@ def write_html(result: dict, out: Path) -> None:
             cls = " class='front'" if (m["model"], i["name"]) in front else ""
             parts.append(
                 f"<tr{cls}><td>{esc(m['model'])}</td><td>{esc(i['name'])}</td>"
-                f"<td>{_fmt(i['requests_per_second'], '.2f')}</td><td>{_fmt(i['usd_per_1000'], '.4f')}</td>"
-                f"<td>{_fmt(i['usd_per_1000_auto'], '.4f')}</td><td>{esc(i['basis'])}</td></tr>"
+                f"<td>{fmt(i['requests_per_second'], '.2f')}</td><td>{fmt(i['usd_per_1000'], '.4f')}</td>"
+                f"<td>{fmt(i['usd_per_1000_auto'], '.4f')}</td><td>{esc(i['basis'])}</td></tr>"
             )
     parts.append("</table>")
     parts += ["<h2>Cost against automation</h2>", _image(out / "pareto.png"), "<h2>Reliability</h2><div>"]
@@ -146,9 +144,9 @@ def print_plan(result: dict, console: Console | None = None) -> None:
             m["method"],
             f"{m['accuracy']:.3f}",
             f"{m['ece']:.4f}",
-            _fmt(m["threshold"], ".2f"),
+            fmt(m["threshold"], ".2f"),
             f"{m['auto_share']:.1%}",
-            _fmt(m["p50_s"]),
+            fmt(m["p50_s"]),
             f"{m['throughput_rps']:.2f}",
         )
     console.print(models)
@@ -159,7 +157,7 @@ def print_plan(result: dict, console: Console | None = None) -> None:
         priced = [i for i in m.get("instances", []) if i["usd_per_1000_auto"] is not None]
         for i in sorted(priced, key=lambda i: i["usd_per_1000_auto"])[:2]:
             costs.add_row(
-                m["model"], i["name"], _fmt(i["usd_per_1000"], ".4f"), _fmt(i["usd_per_1000_auto"], ".4f"), i["basis"]
+                m["model"], i["name"], fmt(i["usd_per_1000"], ".4f"), fmt(i["usd_per_1000_auto"], ".4f"), i["basis"]
             )
     console.print(costs)
     rec = result["recommendation"]

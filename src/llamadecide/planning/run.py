@@ -22,7 +22,7 @@ from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.run import calibrate, split
 from llamadecide.engine import Engine
-from llamadecide.engine.model_files import BUNDLED, install_state, resolve_model_path
+from llamadecide.engine.model_files import BUNDLED, installed, resolve_model_path
 from llamadecide.errors import InvalidRequestError
 from llamadecide.planning.choice import instance_rows, pareto_front, recommend
 from llamadecide.settings import Settings
@@ -46,8 +46,7 @@ class PlanConfig:
 
 def installed_models() -> tuple[str, ...]:
     """Every bundled model whose packages are installed (the plan's default)."""
-    usable = ("ready", "parts installed (assembled on first use)")
-    return tuple(name for name in BUNDLED if install_state(name) in usable)
+    return tuple(name for name in BUNDLED if installed(name))
 
 
 def model_key(model: str) -> str:
