@@ -84,22 +84,25 @@ def test_a_short_real_run(server):
             assert work is not None and work["decisions"] == 4 and 1 <= work["runs"] <= 4 and work["rows"] > 0
             figures = floor_figures(s, work, 0.002)
             assert figures["rows_per_request"] == work["rows"] / 4
+            assert figures["full_depth_rows_per_request"] == pytest.approx(figures["rows_per_request"])  # no head
             assert figures["floor_efficiency"] == pytest.approx(
-                figures["rows_per_request"] * 0.002 * s["throughput_rps"]
+                figures["full_depth_rows_per_request"] * 0.002 * s["throughput_rps"]
             )
 
 
 def test_floor_figures_follow_from_the_counters():
     summary = {"ok": 10, "throughput_rps": 4.0}
-    work = {"rows": 250.0, "decode_calls": 5.0, "runs": 4.0, "decisions": 10.0}
+    # a head on a middle block: its rows ran 24 of 28 blocks, so the floor is that share of full rows
+    work = {"rows": 280.0, "full_depth_rows": 240.0, "decode_calls": 5.0, "runs": 4.0, "decisions": 10.0}
     figures = floor_figures(summary, work, 0.01)
     assert figures == pytest.approx(
         {
-            "rows_per_request": 25.0,
+            "rows_per_request": 28.0,
+            "full_depth_rows_per_request": 24.0,
             "decode_calls_per_request": 0.5,
             "decisions_per_engine_run": 2.5,
-            "floor_s_per_request": 0.25,
-            "floor_efficiency": 1.0,
+            "floor_s_per_request": 0.24,
+            "floor_efficiency": 0.96,
         }
     )
     assert floor_figures(summary, None, 0.01) == {} and "floor_efficiency" not in floor_figures(summary, work, None)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from conftest import API_KEY
 from llamadecide.calibration.backends import HTTPBackend, LocalBackend, SageMakerBackend
-from llamadecide.calibration.config import RunConfig
+from llamadecide.calibration.config import HEAD_DEPTH, RunConfig, head_layer
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.calibration.run import calibrate
@@ -272,6 +272,10 @@ def test_over_its_budget_a_run_compares_every_candidate_on_the_answered_items(tm
     hidden_heads = [r for r in summary["candidates"] if r["features"] == "hidden-1"]
     assert hidden_heads and all(r["fit_items"] == 30 for r in hidden_heads)
     assert summary["test"]["calibrated"]["n"] == 10 or summary["chosen"]["features"] != "hidden-1"
+    layer = head_layer(engine.n_layer, HEAD_DEPTH)
+    assert plan["head_layer"] == layer is not None  # heads read a block, and the profile says which
+    profile = CalibrationProfile.load(tmp_path / "run" / "profile.json")
+    assert profile.head is None or profile.head.layer == layer
 
 
 def test_the_head_formats_are_measured_as_heads_on_the_hidden_state_alone(engine, slice_file, tmp_path):

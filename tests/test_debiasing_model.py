@@ -11,7 +11,7 @@ from llamadecide.decisions import Decider, Scoring, choice, maths, predicate, sc
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.rotations import rotate
 from llamadecide.decisions.rules import Demonstration, Head
-from llamadecide.engine import Engine
+from llamadecide.engine import Engine, ScoringInput
 from llamadecide.errors import InvalidRequestError
 from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY
 
@@ -152,6 +152,39 @@ def test_hidden_states_are_read_inside_the_call_as_the_embeddings_mode_reads_the
         assert np.array_equal(a, b) and np.array_equal(a, c)
 
 
+def test_a_blocks_hidden_state_stops_the_call_there_and_equals_the_full_calls(engine):
+    """A block's output read from a call that stops after it (nothing reads logits) is bit-identical
+    to the same block read from a full call that reads logits, alone or beside other inputs; such a
+    call runs fewer blocks (counted as a stopped call) and its shallow cells are reused only by reads
+    no deeper: scoring afterwards equals scoring on a fresh cache."""
+    from llamadecide.decisions.prompt import build_messages
+
+    question = choice("Topic?", TOPIC)
+    prompt = engine.tokenize_prompt(engine.render_chat(build_messages(NEWS, question)))
+    other = engine.tokenize_prompt(engine.render_chat(build_messages("The striker scored twice.", question)))
+    layer = engine.n_layer // 2
+    engine.clear_cache()
+    fresh = engine.score_trie(prompt, [[1, 2], [3]]).rows
+    engine.clear_cache()
+    skipped = engine.counters["projections_skipped"]
+    stopped = engine.hidden_state(prompt, layer)
+    assert engine.counters["projections_skipped"] - skipped == 1
+    rows = engine.counters["rows"]
+    assert np.array_equal(engine.hidden_state(prompt, layer), stopped)
+    assert engine.counters["rows"] - rows == 1  # the shallow cells serve a read as deep
+    rows = engine.counters["rows"]
+    full = engine.score_trie(prompt, [[1, 2], [3]], hidden=True, hidden_layer=layer)
+    assert engine.counters["rows"] - rows > 1  # but not a call that runs every block
+    assert np.array_equal(full.hidden, stopped)
+    assert all(np.array_equal(a, b) for a, b in zip(full.rows, fresh))
+    shared = engine.score_many([ScoringInput(other, hidden_layer=layer - 1), ScoringInput(prompt, hidden_layer=layer)])
+    assert np.array_equal(shared[1].hidden, stopped)
+    final = engine.hidden_state(prompt)
+    assert not np.allclose(final, stopped)
+    with pytest.raises(InvalidRequestError, match="fitted for another model"):
+        engine.hidden_state(prompt, engine.n_layer - 1)  # the last block's output is the final state's input
+
+
 def test_a_head_reads_log_likelihoods_and_the_hidden_state(engine):
     from llamadecide.decisions.prompt import build_messages
 
@@ -200,4 +233,5 @@ def test_the_hidden_state_benchmark_prints_its_figures(capsys):
         pytest.skip("shared data not beside the checkout")
     assert hidden_states.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--items", "3"]) == 0
     out = capsys.readouterr().out
-    assert "states bit-identical both ways" in out and out.count("| llamadecide-") == 6
+    assert "states bit-identical both ways" in out and out.count("| llamadecide-") == 8  # 2 formats x 4 ways
+    assert out.count("(tap, stops there)") == 2

@@ -186,6 +186,7 @@ def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
     import json
 
     from llamadecide.bench import prompt_formats
+    from llamadecide.calibration.config import HEAD_DEPTH, head_layer
 
     out = tmp_path / "prompt_formats.json"
     assert (
@@ -212,7 +213,8 @@ def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
         == 0
     )
     rows = json.loads(out.read_text())["rows"]
-    head = "head, hidden state + lexical (12 labels)"
+    layer = head_layer(30, HEAD_DEPTH)  # SmolLM2-135M has 30 blocks; the heads read calibrate's
+    head = f"head, block {layer} of 30 + lexical (12 labels)"
     assert [(r["prompt_format"], r["shots"], r["method"]) for r in rows] == [
         (PROMPT_FORMAT_VERSION, 0, "zero-shot"),
         (QUESTION_FIRST, 0, "zero-shot"),
@@ -229,6 +231,7 @@ def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
     ]
     for row in rows:
         assert row["dataset"] == "sst2" and row["decode_calls"] == 1.0 and row["p50_s"] > 0
+        assert row.get("head_layer", layer) == layer
         assert 0 <= row["accuracy"] <= 1 and row["rows_per_request"] > 0
         assert row["epsilon"] == (0.001 if row["method"] == "zero-shot" else 0.0)  # a head needs every answer exact
         assert row["max_bound"] == 0.0  # two answers: never worth a second call

@@ -64,8 +64,9 @@ def test_bad_method_options_are_4xx(server):
     assert httpx.get(f"{server.url}/health", timeout=30).json()["status"] == "ok"
 
 
-def save_head_profile(tmp_path, engine, task, head, name: str, prompt_format: str) -> Path:
-    """A profile directory holding `name`.json: the fitted head for the task, bound to this model."""
+def save_head_profile(tmp_path, engine, task, head, name: str, prompt_format: str, layer: int | None = None) -> Path:
+    """A profile directory holding `name`.json: the fitted head for the task (reading block `layer`),
+    bound to this model."""
     profile = CalibrationProfile(
         name=name,
         created="2026-12-05T00:00:00+00:00",
@@ -82,7 +83,7 @@ def save_head_profile(tmp_path, engine, task, head, name: str, prompt_format: st
         length_normalize=False,
         temperature=1.0,
         method="head",
-        head=HeadParams.from_calibrator(head),
+        head=HeadParams.from_calibrator(head, layer),
         threshold=0.5,
         target_precision=0.9,
         confidence_level=0.95,
@@ -143,25 +144,26 @@ def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_prob
 
 
 @pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
-def test_a_served_head_on_the_hidden_state_alone_scores_no_answer(engine, tmp_path):
+def test_a_served_head_on_a_blocks_hidden_state_alone_scores_no_answer(engine, tmp_path):
+    """A profile's head reads the block it was fitted on (calibrate's depth), served as fitted."""
     from llamadecide.bench.server_process import ServerProcess
+    from llamadecide.calibration.config import HEAD_DEPTH, head_layer
     from llamadecide.decisions.maths import HIDDEN_ONLY
 
     task = load_task("agnews")
     items = read_labelled(AGNEWS, text_column="0", label_column="1")[:24]
     measurer = Measurer(engine)
     question = task.question()
-    H = np.array([measurer.hidden(item.text, question, prompt_format="llamadecide-3") for item in items])
+    layer = head_layer(engine.n_layer, HEAD_DEPTH)
+    H = np.array([measurer.hidden(item.text, question, prompt_format="llamadecide-3", layer=layer) for item in items])
     y = np.array([task.gold_index(item.label) for item in items])
     head = fit_head(np.zeros((len(items), len(task.options))), H, y, C=0.05, features=HIDDEN_ONLY)
-    profiles = save_head_profile(tmp_path, engine, task, head, "agnews-hidden", "llamadecide-3")
+    profiles = save_head_profile(tmp_path, engine, task, head, "agnews-hidden", "llamadecide-3", layer)
+    assert CalibrationProfile.load(profiles / "agnews-hidden.json").scoring().head.layer == layer is not None
     text = "Shares of the chip maker jumped after it raised its revenue forecast."
     engine.clear_cache()
-    expected = head.apply(
-        np.zeros((1, len(task.options))),
-        None,
-        np.array([measurer.hidden(text, question, prompt_format="llamadecide-3")]),
-    )[0]
+    state = measurer.hidden(text, question, prompt_format="llamadecide-3", layer=layer)
+    expected = head.apply(np.zeros((1, len(task.options))), None, np.array([state]))[0]
     body = profile_request(task, text, "agnews-hidden")
     with ServerProcess("--profiles-dir", str(profiles)) as server:
         response = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=120)

@@ -136,6 +136,7 @@ async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | Non
 ENGINE_METRICS = {  # what a level reads of the server's engine counters (/metrics), before and after it
     "decode_calls": "llamadecide_engine_decode_calls_total",
     "rows": "llamadecide_engine_rows_total",
+    "full_depth_rows": "llamadecide_engine_full_depth_rows_total",
     "runs": "llamadecide_engine_batch_decisions_count",
     "decisions": "llamadecide_engine_batch_decisions_sum",
 }
@@ -228,18 +229,20 @@ def row_seconds(model_path: Path, texts: list[str], *, n_gpu_layers: int = 0, to
 
 def floor_figures(summary: dict, work: dict[str, float] | None, seconds_per_row: float | None) -> dict:
     """A decision level against its compute floor: rows and calls per request, decisions per shared
-    engine run, the floor (rows x seconds a row in a large call) and its share of the served seconds
-    per decision at that concurrency (1 / throughput)."""
+    engine run, the floor (rows, each weighted by the share of the model's blocks its call ran, x
+    seconds a full row takes in a large call) and its share of the served seconds per decision at
+    that concurrency (1 / throughput)."""
     if not work or not summary.get("ok"):
         return {}
     ok = summary["ok"]
     out = {
         "rows_per_request": work["rows"] / ok,
+        "full_depth_rows_per_request": work["full_depth_rows"] / ok,
         "decode_calls_per_request": work["decode_calls"] / ok,
         "decisions_per_engine_run": work["decisions"] / work["runs"] if work["runs"] else None,
     }
     if seconds_per_row:
-        out["floor_s_per_request"] = out["rows_per_request"] * seconds_per_row
+        out["floor_s_per_request"] = out["full_depth_rows_per_request"] * seconds_per_row
         out["floor_efficiency"] = out["floor_s_per_request"] * summary["throughput_rps"]
     return out
 

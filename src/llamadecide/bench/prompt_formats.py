@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llamadecide.bench.datasets import DATASETS
+from llamadecide.calibration.config import HEAD_DEPTH, head_layer
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, cross_validated, fit_head
 from llamadecide.calibration.profile import HeadParams
@@ -91,10 +92,18 @@ def run_prompt_format(
 
 
 def fit_hidden_head(
-    measurer: Measurer, question, rule: Scoring, texts: list[str], y: np.ndarray, *, lexical: bool = True
+    measurer: Measurer,
+    question,
+    rule: Scoring,
+    texts: list[str],
+    y: np.ndarray,
+    *,
+    lexical: bool = True,
+    layer: int | None = None,
 ) -> Head:
-    """A head on the hidden state alone (with the lexical expert), C chosen by cross-validated NLL
-    among calibrate's grid, fitted on these labelled items (hidden states read 16 to a call)."""
+    """A head on the hidden state alone (of block `layer`, None: the final state; with the lexical
+    expert), C chosen by cross-validated NLL among calibrate's grid, fitted on these labelled items
+    (hidden states read 16 to a call)."""
     H = np.array(
         [
             h
@@ -104,6 +113,7 @@ def fit_hidden_head(
                 question,
                 demonstrations=rule.demonstrations,
                 prompt_format=rule.prompt_format,
+                layer=layer,
             )
         ]
     )
@@ -120,7 +130,7 @@ def fit_hidden_head(
         )["nll"],
     )
     fitted = fit_head(L, H, y, C=best, texts=texts if lexical else None, features=HIDDEN_ONLY)
-    return HeadParams.from_calibrator(fitted).build()
+    return HeadParams.from_calibrator(fitted, layer).build()
 
 
 def run_dataset(engine: Engine, name: str, args) -> list[dict]:
@@ -156,21 +166,29 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
         if args.head_labels and rule.prompt_format != PROMPT_FORMAT_VERSION:
             shown = {d.input for d in rule.demonstrations}
             labelled = [int(i) for i in pool if items[i].text not in shown][: args.head_labels]
-            head = fit_hidden_head(
-                Measurer(engine), question, rule, [items[i].text for i in labelled], y[labelled], lexical=args.lexical
-            )
-            expert = " + lexical" if args.lexical else ""
-            record(
-                run_prompt_format(
+            for depth in args.head_depth:
+                layer = head_layer(engine.n_layer, depth)
+                head = fit_hidden_head(
+                    Measurer(engine),
+                    question,
+                    rule,
+                    [items[i].text for i in labelled],
+                    y[labelled],
+                    lexical=args.lexical,
+                    layer=layer,
+                )
+                expert = " + lexical" if args.lexical else ""
+                where = "final hidden state" if layer is None else f"block {layer} of {engine.n_layer}"
+                row = run_prompt_format(
                     engine,
                     Decider(engine),
                     question,
                     texts,
                     y[test],
                     replace(rule, head=head),
-                    method=f"head, hidden state{expert} ({len(labelled)} labels)",
+                    method=f"head, {where}{expert} ({len(labelled)} labels)",
                 )
-            )
+                record({**row, "head_layer": layer})
     baseline = next(
         (
             r
@@ -254,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
         "every prompt format but llamadecide-1 (0: none)",
     )
     parser.add_argument("--no-lexical", dest="lexical", action="store_false", help="heads without the lexical expert")
+    parser.add_argument(
+        "--head-depth",
+        type=float,
+        nargs="+",
+        default=[HEAD_DEPTH],
+        help="where the heads read, as shares of the model's blocks (1: the final state); one head per depth",
+    )
     parser.add_argument("--n-ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1: all)")

@@ -17,8 +17,9 @@ def markdown(results: dict) -> str:
     lines = [
         "| device | workload | concurrency | p50 s | p95 s | p99 s | req/s | vs lowest concurrency | errors | "
         "accuracy | "
-        "invalid answers | rows/request | decisions/engine run | floor s/request | floor efficiency |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "invalid answers | rows/request | full-depth rows/request | decisions/engine run | floor s/request | "
+        "floor efficiency |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results["levels"]:
         lines.append(
@@ -27,13 +28,15 @@ def markdown(results: dict) -> str:
             f"{r['throughput_rps']:.2f} | {fmt(r.get('throughput_ratio'), '.2f')}x | {r['error_rate']:.1%} "
             f"| {fmt(r.get('accuracy'))} | "
             f"{fmt(r.get('invalid_answer_rate'), '.1%')} | {fmt(r.get('rows_per_request'), '.1f')} | "
+            f"{fmt(r.get('full_depth_rows_per_request'), '.1f')} | "
             f"{fmt(r.get('decisions_per_engine_run'), '.2f')} | {fmt(r.get('floor_s_per_request'))} | "
             f"{fmt(r.get('floor_efficiency'), '.2f')} |"
         )
     if results.get("seconds_per_row"):
         lines += [
             "",
-            "Floor: rows per request x "
+            "Floor: full-depth rows per request (each row weighted by the share of the model's blocks its call "
+            "ran) x "
             + ", ".join(f"{s * 1000:.2f} ms a row on {d}" for d, s in results["seconds_per_row"].items())
             + " (a 512-row call, measured in this run); floor efficiency = floor / (1 / throughput).",
         ]

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from llamadecide.calibration.config import head_layer
 from llamadecide.decisions import Question, Scoring
 from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
 from llamadecide.decisions.measuring import Measurer
@@ -22,7 +23,7 @@ from llamadecide.errors import LlamaDecideError
 class ItemScores:
     logprobs: list[float]
     n_tokens: list[int] | None
-    hidden: np.ndarray | None = None  # final hidden state at the answer position (local engine only)
+    hidden: np.ndarray | None = None  # hidden state at the answer position (local engine only)
 
 
 class Backend(Protocol):
@@ -31,6 +32,10 @@ class Backend(Protocol):
     supports_demonstrations: bool
 
     def identity(self) -> str: ...
+    def head_layer(self, depth: float) -> int | None:
+        """The block a head reads at `depth` (`config.head_layer`), None for the final state or
+        where no hidden state is read."""
+
     def score(
         self,
         text: str,
@@ -38,6 +43,7 @@ class Backend(Protocol):
         *,
         rotations: int = 1,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         demonstrations: tuple[Demonstration, ...] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> ItemScores: ...
@@ -56,6 +62,7 @@ class Backend(Protocol):
         *,
         rotations: int = 1,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         demonstrations: tuple[Demonstration, ...] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
         answers: bool = True,
@@ -74,6 +81,10 @@ class LocalBackend:
     def identity(self) -> str:
         return self.engine.model_sha256
 
+    def head_layer(self, depth: float) -> int | None:
+        layer = head_layer(self.engine.n_layer, depth)
+        return layer if layer in self.engine.readable_layers else None
+
     def score(
         self,
         text: str,
@@ -81,6 +92,7 @@ class LocalBackend:
         *,
         rotations: int = 1,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         demonstrations: tuple[Demonstration, ...] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> ItemScores:
@@ -89,6 +101,7 @@ class LocalBackend:
             question,
             rotations=rotations,
             hidden=hidden,
+            hidden_layer=hidden_layer,
             demonstrations=demonstrations,
             prompt_format=prompt_format,
         )
@@ -120,6 +133,7 @@ class LocalBackend:
         *,
         rotations: int = 1,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         demonstrations: tuple[Demonstration, ...] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
         answers: bool = True,
@@ -128,7 +142,7 @@ class LocalBackend:
         state (no answer is scored; `logprobs` empty)."""
         if not answers:
             states = self.measurer.hidden_many(
-                texts, question, demonstrations=demonstrations, prompt_format=prompt_format
+                texts, question, demonstrations=demonstrations, prompt_format=prompt_format, layer=hidden_layer
             )
             return [ItemScores([], None, state) for state in states]
         scored = self.measurer.scores_many(
@@ -136,6 +150,7 @@ class LocalBackend:
             question,
             rotations=rotations,
             hidden=hidden,
+            hidden_layer=hidden_layer,
             demonstrations=demonstrations,
             prompt_format=prompt_format,
         )
@@ -230,6 +245,9 @@ class _RemoteBackend:
                 )
         return self._identity
 
+    def head_layer(self, depth: float) -> int | None:
+        return None  # no hidden state is read through an endpoint
+
     def score(
         self,
         text: str,
@@ -237,6 +255,7 @@ class _RemoteBackend:
         *,
         rotations: int = 1,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         demonstrations: tuple[Demonstration, ...] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> ItemScores:
@@ -260,6 +279,7 @@ class _RemoteBackend:
         *,
         rotations: int = 1,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         demonstrations: tuple[Demonstration, ...] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
         answers: bool = True,

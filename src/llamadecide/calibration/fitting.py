@@ -103,7 +103,8 @@ def fit_head(
     """Multinomial logistic regression on standardised features; classes absent from `y` get a
     very low intercept (never predicted), so the head always has one row per option. With `texts`,
     also a lexical expert (`decisions.lexical`), fused with weights that minimise the held-out NLL
-    of both experts' out-of-fold probabilities (3 folds of the same items)."""
+    of both experts' out-of-fold probabilities (3 folds of the same items; each fold's head starts
+    from the whole head, which it differs little from)."""
     head = _fit_logistic(L, hidden, y, C=C, features=features)
     if texts is None:
         return head
@@ -113,7 +114,7 @@ def fit_head(
     head_oof = np.zeros_like(L, dtype=np.float64)
     lexical_oof = np.zeros_like(head_oof)
     for train, held in splitter(L, y, 3, seed):
-        inner = _fit_logistic(L[train], hidden[train], y[train], C=C, features=features)
+        inner = _fit_logistic(L[train], hidden[train], y[train], C=C, features=features, start=head)
         head_oof[held] = np.log(np.clip(inner.apply(L[held], None, hidden[held]), 1e-300, None))
         lexical_oof[held] = _fit_lexical([texts[i] for i in train], y[train], k).log_probabilities(
             [texts[i] for i in held]
@@ -128,11 +129,18 @@ def fit_head(
 
 
 def _fit_logistic(
-    L: np.ndarray, hidden: np.ndarray, y: np.ndarray, *, C: float, features: str = LOGLIK_HIDDEN
+    L: np.ndarray,
+    hidden: np.ndarray,
+    y: np.ndarray,
+    *,
+    C: float,
+    features: str = LOGLIK_HIDDEN,
+    start: HeadCalibrator | None = None,
 ) -> HeadCalibrator:
     X = head_features(L, hidden, features)
     return HEAD_FITS.get(
-        digest(X, y, C, features, L.shape[1]), lambda: _fit_logistic_on(X, y, k=L.shape[1], C=C, features=features)
+        digest(X, y, C, features, L.shape[1], start is not None),
+        lambda: _fit_logistic_on(X, y, k=L.shape[1], C=C, features=features, start=start),
     )
 
 
@@ -140,7 +148,11 @@ def _fit_lexical(texts: list[str], y: np.ndarray, k: int) -> LexicalModel:
     return LEXICAL_FITS.get(digest(texts, y, k), lambda: fit_lexical(texts, y, k))
 
 
-def _fit_logistic_on(X: np.ndarray, y: np.ndarray, *, k: int, C: float, features: str) -> HeadCalibrator:
+def _fit_logistic_on(
+    X: np.ndarray, y: np.ndarray, *, k: int, C: float, features: str, start: HeadCalibrator | None = None
+) -> HeadCalibrator:
+    """The logistic regression on standardised X, from `start` (a head on similar items: L-BFGS then
+    takes a few steps instead of a hundred) or from zero."""
     from sklearn.linear_model import LogisticRegression
 
     classes = np.unique(y)
@@ -151,7 +163,12 @@ def _fit_logistic_on(X: np.ndarray, y: np.ndarray, *, k: int, C: float, features
     mean = X.mean(0)
     scale = X.std(0)
     scale[scale < 1e-8] = 1.0
-    model = LogisticRegression(C=C, max_iter=2000)
+    model = LogisticRegression(C=C, max_iter=2000, warm_start=start is not None)
+    if start is not None:  # the same function of the features, in this fit's standardised coordinates
+        W, b = start.weights[classes], start.intercept[classes]
+        if len(classes) == 2:
+            W, b = W[1:] - W[:1], b[1:] - b[:1]
+        model.coef_, model.intercept_ = W * scale, b + W @ mean
     with warnings.catch_warnings():
         _ignore_class_count_warning()
         model.fit((X - mean) / scale, y)

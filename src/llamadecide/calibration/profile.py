@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from llamadecide.decisions import lexical
 from llamadecide.errors import InvalidRequestError, ModelLoadError, ProfileMismatchError
@@ -53,9 +53,11 @@ class HeadParams(BaseModel):
     intercept: list[float]
     C: float
     lexical: Optional[LexicalParams] = None
+    # The block whose output the head reads (None: the final state, after the output norm).
+    layer: Optional[int] = Field(default=None, ge=0)
 
     @classmethod
-    def from_calibrator(cls, head) -> HeadParams:
+    def from_calibrator(cls, head, layer: int | None = None) -> HeadParams:
         k = head.weights.shape[0]
         expert = None
         if head.lexical is not None:
@@ -74,6 +76,7 @@ class HeadParams(BaseModel):
             intercept=head.intercept.tolist(),
             C=head.C,
             lexical=expert,
+            layer=layer,
         )
 
     def build(self):
@@ -83,7 +86,7 @@ class HeadParams(BaseModel):
         from llamadecide.decisions.rules import Head
 
         if self.lexical is None:
-            return Head(np.asarray(self.weights), np.asarray(self.intercept), features=self.features)
+            return Head(np.asarray(self.weights), np.asarray(self.intercept), features=self.features, layer=self.layer)
         expert = lexical.LexicalModel(
             tuple(self.lexical.vocabulary),
             np.asarray(self.lexical.idf),
@@ -91,7 +94,12 @@ class HeadParams(BaseModel):
             np.asarray(self.lexical.intercept),
         )
         return Head(
-            np.asarray(self.weights), np.asarray(self.intercept), expert, tuple(self.lexical.mix), self.features
+            np.asarray(self.weights),
+            np.asarray(self.intercept),
+            expert,
+            tuple(self.lexical.mix),
+            self.features,
+            self.layer,
         )
 
 

@@ -202,7 +202,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         prior=summary["chosen"]["prior"],
         rotations=variant.rotations,
         demonstrations=[DemonstrationParams(input=d.input, option=d.option) for d in data.demonstrations] or None,
-        head=HeadParams.from_calibrator(chosen) if isinstance(chosen, HeadCalibrator) else None,
+        head=HeadParams.from_calibrator(chosen, data.hidden_layer) if isinstance(chosen, HeadCalibrator) else None,
         threshold=threshold.threshold if threshold else None,
         target_precision=config.target_precision,
         confidence_level=config.confidence_level,

@@ -97,8 +97,16 @@ def _cross_validated(
     seed: int,
 ) -> dict:
     """5-fold cross-validation whose held-out folds split `held_out`; each fold fitted on the items of
-    `fit_on` outside it (when both are the calibration part: plain cross-validation)."""
+    `fit_on` outside it (when both are the calibration part: plain cross-validation). A candidate
+    that has what it reads for every held-out item (a head on the hidden state alone, when answers
+    were scored on a subsample) is cross-validated on folds of all its items and measured on the
+    held-out ones: those folds are `out_of_fold`'s, so the chosen candidate's are not fitted twice."""
     y_held = np.array([y_of[int(i)] for i in held_out])
+    if not np.array_equal(held_out, fit_on) and np.isin(held_out, fit_on).all():
+        P = out_of_fold(candidate, data, fit_on, np.array([y_of[int(i)] for i in fit_on]), seed=seed)
+        position = {int(i): row for row, i in enumerate(fit_on)}
+        everything = (np.array([], dtype=int), np.arange(len(held_out)))
+        return pooled([everything], [held_out_figures(P[[position[int(i)] for i in held_out]], y_held)])
     if np.array_equal(held_out, fit_on):
         return cross_validated(
             data.L[held_out],

@@ -57,6 +57,7 @@ class VariantScores:
     # What serving costs per item, in weighted evaluated rows (`Backend.cost`): (answers, hidden state
     # alone); None where the backend cannot tell (a remote one).
     served_rows: tuple[float, float] | None = None
+    hidden_layer: int | None = None  # the block whose output `hidden` is (None: the final state)
 
 
 @dataclass(frozen=True)
@@ -115,13 +116,17 @@ def plan_scoring(
     )
 
 
-def _cache_mode(variant: Variant, hidden: bool, demonstrations: tuple[Demonstration, ...] = ()) -> str:
+def _cache_mode(
+    variant: Variant, hidden: bool, demonstrations: tuple[Demonstration, ...] = (), layer: int | None = None
+) -> str:
     mode = variant.mode if variant.rotations == 1 else f"{variant.mode}|rotations={variant.rotations}"
     if variant.prompt_format != PROMPT_FORMAT_VERSION:
         mode += f"|layout={variant.prompt_format}"
     if demonstrations:
         shown = json.dumps([[d.input, d.option] for d in demonstrations])
         mode += f"|demonstrations={hashlib.sha256(shown.encode()).hexdigest()[:16]}"
+    if hidden and layer is not None:
+        return mode + f"|hidden@{layer}"
     return mode + ("|hidden" if hidden else "")
 
 
@@ -269,6 +274,7 @@ def score_variants(
         head_only_rows = int(sum(costs[v][1] for v in head_only) * len(used))
     else:
         plan = Plan({v: used for v in answered_variants}, (), 0)
+    layer = backend.head_layer(config.head_depth)
     if report is not None:
         report.update(
             {
@@ -277,6 +283,7 @@ def score_variants(
                 "answers_scored": {v.label: int(len(idx)) for v, idx in plan.answered.items()},
                 "hidden_state_on_every_item": [v.label for v in (*plan.hidden_variants, *head_only)],
                 "left_out": [v.label for v in plan.left_out],
+                "head_layer": layer,  # the block heads read (None: the final state)
             }
         )
     identity = backend.identity()
@@ -310,7 +317,7 @@ def score_variants(
                 progress.advance(bar)
                 continue  # part of this variant's prompt: never scored (see demonstration_items)
             own = tuple(d for j, d in zip(shown[variant], demonstrations[variant]) if j != i)
-            mode = _cache_mode(variant, with_hidden, own) + ("" if answers else "|no-answers")
+            mode = _cache_mode(variant, with_hidden, own, layer) + ("" if answers else "|no-answers")
             key = cache.key(identity, PROMPT_FORMAT_VERSION, mode, task.fingerprint(), items[i].text)
             scores = cache.get(key)
             if scores is None:
@@ -326,6 +333,7 @@ def score_variants(
                     questions[variant],
                     rotations=variant.rotations,
                     hidden=with_hidden,
+                    hidden_layer=layer if with_hidden else None,
                     demonstrations=own,
                     prompt_format=variant.prompt_format,
                     answers=answers,
@@ -385,6 +393,7 @@ def score_variants(
             None if complete else answered,
             None if complete else hidden_mask.get(key),
             served_rows=costs.get(variant),
+            hidden_layer=layer,
         )
     for variant in head_only:
         key = (variant.mode, variant.shots, variant.prompt_format)
@@ -397,5 +406,6 @@ def score_variants(
             texts if config.lexical else None,
             hidden_only=True,
             served_rows=costs.get(variant),
+            hidden_layer=layer,
         )
     return scored

@@ -74,6 +74,16 @@ def calibrate_command(
             help="Also try heads fused with a lexical expert (character n-gram TF-IDF of the input)",
         ),
     ] = DEFAULTS.lexical,
+    head_depth: Annotated[
+        float,
+        typer.Option(
+            "--head-depth",
+            min=0.05,
+            max=1.0,
+            help="Where heads read the hidden state, as a share of the model's blocks (1: the final state); "
+            "a decision then runs the model only that deep",
+        ),
+    ] = DEFAULTS.head_depth,
     shots: Annotated[
         int,
         typer.Option(
@@ -155,6 +165,7 @@ def calibrate_command(
             prior_correction=prior_correction,
             head=head,
             lexical=lexical,
+            head_depth=head_depth,
             shots=shots,
             prompt_formats=tuple(check_prompt_format(name) for name in formats),
             shots_per_class=tuple(shots_per_class),

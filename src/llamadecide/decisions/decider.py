@@ -103,7 +103,13 @@ class Decider:
                 out[index] = exc
         fresh = self.planner.pin([plan for _, _, plan in shared])
         inputs = [
-            ScoringInput(plan.prefix, plan.continuations, hidden=plan.rule.head is not None) for _, _, plan in shared
+            ScoringInput(
+                plan.prefix,
+                plan.continuations,
+                hidden=plan.rule.head is not None,
+                hidden_layer=None if plan.rule.head is None else plan.rule.head.layer,
+            )
+            for _, _, plan in shared
         ]
         scored = self.engine.score_many(inputs) if inputs else []
         seconds = time.perf_counter() - began

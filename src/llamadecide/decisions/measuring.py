@@ -35,13 +35,17 @@ class Measurer:
         *,
         rotations: int = 1,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         demonstrations: Sequence[Demonstration] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> tuple[list[float], list[int], np.ndarray | None]:
         """Raw material for calibration: the option log-likelihoods (averaged over rotations),
-        token counts, and optionally the hidden state at the answer position."""
+        token counts, and optionally the hidden state at the answer position (the output of block
+        `hidden_layer`, None: the final state)."""
         rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), prompt_format=prompt_format)
-        totals, _, _ = self.planner.score(render_state(state), [question], [rule], hidden=hidden)
+        totals, _, _ = self.planner.score(
+            render_state(state), [question], [rule], hidden=hidden, hidden_layer=hidden_layer
+        )
         item = totals[0]
         assert item.logprobs is not None
         return item.logprobs, item.lengths, item.hidden
@@ -53,6 +57,7 @@ class Measurer:
         *,
         rotations: int = 1,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         demonstrations: Sequence[Demonstration] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> list[tuple[list[float], list[int], np.ndarray | None]]:
@@ -62,7 +67,7 @@ class Measurer:
         plans = [self.planner.plan(render_state(state), [question], [rule])[0] for state in states]
         self.planner.pin(plans)
         scored = self.engine.score_many(
-            [ScoringInput(plan.prefix, plan.continuations, hidden=hidden) for plan in plans]
+            [ScoringInput(plan.prefix, plan.continuations, hidden=hidden, hidden_layer=hidden_layer) for plan in plans]
         )
         out = []
         for plan, trie in zip(plans, scored):
@@ -78,6 +83,7 @@ class Measurer:
         *,
         demonstrations: Sequence[Demonstration] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
+        layer: int | None = None,
     ) -> list[np.ndarray]:
         """`hidden` for many states, their engine work shared; each the same as alone."""
         rule = Scoring(demonstrations=tuple(demonstrations), prompt_format=check_prompt_format(prompt_format))
@@ -89,7 +95,8 @@ class Measurer:
         pin = self.planner.tokens.pinned_prefix(question, rule, items[0].prompt_tokens) if items else []
         if pin:
             self.engine.pin_prefix(pin)
-        return [trie.hidden for trie in self.engine.score_many([ScoringInput(item.prompt_tokens) for item in items])]
+        inputs = [ScoringInput(item.prompt_tokens, hidden_layer=layer) for item in items]
+        return [trie.hidden for trie in self.engine.score_many(inputs)]
 
     def hidden(
         self,
@@ -98,9 +105,11 @@ class Measurer:
         *,
         demonstrations: Sequence[Demonstration] = (),
         prompt_format: str = PROMPT_FORMAT_VERSION,
+        layer: int | None = None,
     ) -> np.ndarray:
-        """What a head on the hidden state alone reads: the hidden state at the answer position,
-        with only the prompt evaluated (the question prefix pinned as a decision pins it)."""
+        """What a head on the hidden state alone reads: the hidden state at the answer position (the
+        output of block `layer`, None: the final state), with only the prompt evaluated (the question
+        prefix pinned as a decision pins it)."""
         rule = Scoring(demonstrations=tuple(demonstrations), prompt_format=check_prompt_format(prompt_format))
         item = self.planner.tokens.prompt_only(
             render_state(state), question, shown(question, rule.demonstrations, 0), rule.prompt_format
@@ -108,7 +117,7 @@ class Measurer:
         pin = self.planner.tokens.pinned_prefix(question, rule, item.prompt_tokens)
         if pin:
             self.engine.pin_prefix(pin)
-        return self.engine.hidden_state(item.prompt_tokens)
+        return self.engine.hidden_state(item.prompt_tokens, layer)
 
     def footprint(self, question: Question, rule: Scoring) -> tuple[int, int]:
         """What a question needs of the context whatever its input: its pinned prefix's tokens, and

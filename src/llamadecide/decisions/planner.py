@@ -121,10 +121,12 @@ class QuestionPlanner:
         *,
         limits: Limits | None = None,
         hidden: bool = False,
+        hidden_layer: int | None = None,
     ) -> tuple[list[OptionTotals], list[Plan], int]:
         """Per question, every option of every rotation in one engine call, and each option's
         log-likelihood averaged over its rotations, in the question's own option order; with the
-        hidden state at the answer position from the same call when a head needs it (or `hidden`).
+        hidden state at the answer position from the same call when a head needs it (of its block),
+        or `hidden` (of `hidden_layer`).
         Returns the totals, the plans, and the prompt tokens taken from the cache (from before
         this request: what an earlier question of it left there is not counted)."""
         plans = self.plan(state_text, questions, rules)
@@ -132,17 +134,18 @@ class QuestionPlanner:
             limits.check_work(sum((plan.work for plan in plans), Work()))
         totals: list[OptionTotals] = []
         cached, previous = 0, []
-        states: dict[tuple[int, ...], np.ndarray] = {}  # heads whose prompts are the same read one hidden state
+        states: dict[tuple, np.ndarray] = {}  # heads whose prompts and blocks are the same read one hidden state
         for plan in plans:
             if limits is not None:
                 limits.check_time()
             fresh = self.pin([plan])
+            layer = plan.rule.head.layer if plan.rule.head is not None else hidden_layer
             if plan.how is Evaluation.HIDDEN_ONLY:
-                key = tuple(plan.prefix)
+                key = (layer, *plan.prefix)
                 if key in states:
                     reused = len(plan.prefix)
                 else:
-                    states[key] = self.engine.hidden_state(plan.prefix)
+                    states[key] = self.engine.hidden_state(plan.prefix, layer)
                     reused = self.engine.last_reused_tokens
                 totals.append(self.hidden_totals(plan, states[key]))
             else:
@@ -150,6 +153,7 @@ class QuestionPlanner:
                     plan.prefix,
                     plan.continuations,
                     hidden=hidden or plan.rule.head is not None,
+                    hidden_layer=layer,
                     epsilon=self.epsilon if plan.how is Evaluation.BOUNDED else 0.0,
                 )
                 reused = trie.cached_tokens

@@ -20,13 +20,15 @@ from llamadecide.errors import InvalidRequestError
 class Head:
     """A fitted multinomial logistic head over `maths.head_features` (standardisation folded in),
     optionally fused with a lexical expert on the input text: softmax(a log p_head + b log p_lexical),
-    `mix` = (a, b)."""
+    `mix` = (a, b). `layer`: the block whose output is the hidden state it reads (None: the final
+    state, after the output norm)."""
 
     weights: np.ndarray = field(compare=False)  # K x (K + hidden size), or K x hidden size (`hidden-1`)
     intercept: np.ndarray = field(compare=False)  # K
     lexical: LexicalModel | None = field(default=None, compare=False)
     mix: tuple[float, float] = (1.0, 0.0)
     features: str = maths.LOGLIK_HIDDEN
+    layer: int | None = None
 
     @property
     def reads_logprobs(self) -> bool:

@@ -60,7 +60,9 @@ class BatchScorer:
 
     def _locate(self, p: _Planned) -> _Planned:
         """Where the input's prompt can start from (a pin or sequence 0), and the cells it adds."""
-        p.source, p.reuse = self.kv.source(p.work.prefix[:-1])
+        p.source, p.reuse = self.kv.source(
+            p.work.prefix[:-1], p.work.hidden_layer if not p.work.continuations else None
+        )
         p.cells = len(p.work.prefix) - 1 - p.reuse + (trie_rows(p.work.continuations) if p.work.continuations else 1)
         return p
 
@@ -89,8 +91,10 @@ class BatchScorer:
 
     def _alone(self, work: ScoringInput) -> TrieScores:
         if work.continuations:
-            return self.scorer.score_trie(work.prefix, work.continuations, hidden=work.hidden)
-        state = self.scorer.hidden_state(work.prefix)
+            return self.scorer.score_trie(
+                work.prefix, work.continuations, hidden=work.hidden, hidden_layer=work.hidden_layer
+            )
+        state = self.scorer.hidden_state(work.prefix, work.hidden_layer)
         return TrieScores([], state, cached_tokens=self.kv.last_reused)
 
     def _share_common_prefix(self, group: list[_Planned]) -> None:
@@ -149,7 +153,9 @@ class BatchScorer:
                 if p.work.hidden:
                     hidden_rows[p.index] = placed[0]
                 node_rows[p.index] = (trie, placed)
-            found, states = kv.evaluate(rows, reads, list(hidden_rows.values()))
+            layer = {p.index: p.work.hidden_layer for p in group}
+            layers = {row: layer[index] for index, row in hidden_rows.items()}
+            found, states = kv.evaluate(rows, reads, layers)
         for p in group:
             state = states[hidden_rows[p.index]] if p.index in hidden_rows else None
             scored: list = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -155,11 +155,20 @@ class Decoder:
         self.n_batch = n_batch
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
         self.n_embd = llama_cpp.llama_model_n_embd(model)
+        self.n_layer = llama_cpp.llama_model_n_layer(model)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, n_seq_max)
         # Work done since load: llama_decode calls, the batch rows they evaluated for callers, and
         # apart from those the scratch rows added to keep call shapes deterministic.
         # projections_skipped: calls the tap stopped before the vocabulary projection.
-        self.counters = {"decode_calls": 0, "rows": 0, "padding_rows": 0, "projections_skipped": 0}
+        # full_depth_rows: the rows for callers weighted by the share of the model's blocks their call
+        # ran (a row of a call stopped after block 23 of 28 counts 24/28): the work in full rows.
+        self.counters = {
+            "decode_calls": 0,
+            "rows": 0,
+            "padding_rows": 0,
+            "projections_skipped": 0,
+            "full_depth_rows": 0.0,
+        }
 
     def close(self) -> None:
         if self._batch is not None:
@@ -174,14 +183,16 @@ class Decoder:
         outputs: Sequence[bool],
         *,
         padding: int = 0,
-        hidden_rows: Sequence[int] = (),
+        hidden_rows: Mapping[int, int | None] | None = None,
         logits: bool = True,
     ) -> None:
         """One llama_decode call (at most n_batch rows). The last `padding` rows are scratch rows,
-        counted apart. `hidden_rows` (output rows) have their hidden states read; without `logits`
-        nothing reads the call's logits, so the tap stops the call before the vocabulary projection.
-        Raises RuntimeError when llama.cpp refuses the batch; the caller must then treat the KV
-        cache as unknown."""
+        counted apart. `hidden_rows` (output rows -> a block's index, or None for the final state)
+        have their hidden states read; without `logits` nothing reads the call's logits, so the tap
+        stops the call after the deepest state read (the KV cells of its rows then lack the blocks
+        it did not run). Raises RuntimeError when llama.cpp refuses the batch; the caller must then
+        treat the KV cache as unknown."""
+        hidden_rows = hidden_rows or {}
         batch = self._batch
         n = len(tokens)
         batch.n_tokens = n
@@ -198,12 +209,17 @@ class Decoder:
         self.counters["rows"] += n - padding
         self.counters["padding_rows"] += padding
         self._states = {}
+        depth = 1.0
         embeddings = bool(hidden_rows) and self._tap is None  # llama.cpp's own way: every row an output
+        if embeddings and any(layer is not None for layer in hidden_rows.values()):
+            raise LookupError("this model's graph gives no block outputs to read")
         if hidden_rows and self._tap is not None:
             if not all(outputs[i] for i in hidden_rows):
                 raise ValueError("a row whose hidden state is read must be an output row")
             rank = {index: r for r, index in enumerate(i for i in range(n) if outputs[i])}
-            self._tap.arm([rank[i] for i in hidden_rows], stop=not logits)
+            self._tap.arm(
+                {i: (rank[i] if layer is None else i, layer) for i, layer in hidden_rows.items()}, stop=not logits
+            )
         elif embeddings:
             for i in range(n):
                 batch.logits[i] = True
@@ -215,30 +231,35 @@ class Decoder:
                     self._states = {i: self._embedding(i) for i in hidden_rows}
                 else:
                     states = self._tap.states
-                    if any(rank[i] not in states for i in hidden_rows):
-                        raise LookupError("the call's graph has no result_norm tensor for the tap to read")
-                    self._states = {i: states[rank[i]] for i in hidden_rows}
+                    if any(i not in states for i in hidden_rows):
+                        raise LookupError("the call's graph has no tensor for the tap to read")
+                    self._states = dict(states)
                     self.counters["projections_skipped"] += self._tap.stopped
+                    if self._tap.stopped_after is not None:
+                        depth = (self._tap.stopped_after + 1) / self.n_layer
         finally:
             if embeddings:
                 llama_cpp.llama_set_embeddings(self._ctx, False)
             if self._tap is not None:
                 self._tap.disarm()
+            self.counters["full_depth_rows"] += (n - padding) * depth
         if code != 0:
             raise RuntimeError(f"llama_decode failed with code {code}")
 
-    def tap_works(self, token: int) -> bool:
+    def tap_works(self, token: int, layer: int | None = None) -> bool:
         """Probe the tap with one row in sequence 0 (the caller clears the cache): whether this model's
-        graph has the tensor it reads. Without it, hidden states come from the embeddings mode."""
+        graph has the tensor it reads for `layer` (None: the final state; without it, hidden states
+        come from the embeddings mode)."""
         if self._tap is None:
             return False
         try:
-            self.decode([token], [0], [(0,)], [True], hidden_rows=[0], logits=False)
+            self.decode([token], [0], [(0,)], [True], hidden_rows={0: layer}, logits=False)
         except LookupError:
-            self._tap = None
+            if layer is None:
+                self._tap = None
             return False
         finally:
-            self.counters.update(decode_calls=0, rows=0, padding_rows=0, projections_skipped=0)
+            self.counters.update(decode_calls=0, rows=0, padding_rows=0, projections_skipped=0, full_depth_rows=0.0)
         return True
 
     def logprobs(self, batch_index: int) -> np.ndarray:
@@ -248,7 +269,7 @@ class Decoder:
         return log_softmax(row)
 
     def hidden(self, batch_index: int) -> np.ndarray:
-        """A row's final hidden state (after the output norm) from the last call, which read it."""
+        """A row's hidden state from the last call, which read it."""
         return self._states[batch_index]
 
     def _embedding(self, batch_index: int) -> np.ndarray:

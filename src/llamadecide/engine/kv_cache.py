@@ -20,7 +20,7 @@ sequence 0's cells a prompt does not reuse, then least-recently-used pins.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import llama_cpp
@@ -64,6 +64,10 @@ class KVCache:
         self._pin_cap = pin_cell_cap if pin_cell_cap > 0 else n_ctx
         self.prompt: list[int] = []  # tokens sequence 0 holds
         self._exact = 0  # how many of them were evaluated in deterministic calls (reusable for scoring)
+        # How many of them hold every block; the cells past those were evaluated in calls stopped
+        # early (a head's block) and hold `_shallow_blocks` blocks, enough for a read that deep only.
+        self._deep = 0
+        self._shallow_blocks = 0
         self._shared = 0  # how many of them are a pin's cells (tagged, not its own)
         self._pins: OrderedDict[tuple[int, ...], int] = OrderedDict()  # least recently used first
         self._stack: list[tuple[int, ...]] = []  # pins in cell order, lowest first
@@ -90,27 +94,36 @@ class KVCache:
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self._memory, True)
-        self.prompt, self._exact, self._shared = [], 0, 0
+        self.prompt, self._exact, self._shared, self._deep = [], 0, 0, 0
         self._pins.clear()
         self._stack.clear()
 
     # -- evaluation -------------------------------------------------------------------------------
 
     def run(
-        self, rows: Rows, reads: dict[int, Sequence[int]] | None = None, hidden_row: int | None = None
+        self,
+        rows: Rows,
+        reads: dict[int, Sequence[int]] | None = None,
+        hidden_row: int | None = None,
+        layer: int | None = None,
     ) -> tuple[dict[int, dict[int, float]], np.ndarray | None]:
-        """`evaluate` with at most one hidden state to read."""
-        found, states = self.evaluate(rows, reads, () if hidden_row is None else (hidden_row,))
+        """`evaluate` with at most one hidden state to read (of block `layer`, None: the final state)."""
+        found, states = self.evaluate(rows, reads, {} if hidden_row is None else {hidden_row: layer})
         return found, states.get(hidden_row) if hidden_row is not None else None
 
     def evaluate(
-        self, rows: Rows, reads: dict[int, Sequence[int]] | None = None, hidden_rows: Sequence[int] = ()
+        self,
+        rows: Rows,
+        reads: dict[int, Sequence[int]] | None = None,
+        hidden_rows: Mapping[int, int | None] | None = None,
     ) -> tuple[dict[int, dict[int, float]], dict[int, np.ndarray]]:
         """Evaluate rows in the call shapes of `decoder.plan_calls`. reads: row index -> the tokens
         whose log-probability to read from that row's output. hidden_rows: rows whose hidden state
-        to read (output rows, like the rows read). The caller has made room."""
+        to read (output rows, like the rows read) -> the block read (None: the final state). A call
+        that reads no logits stops after the deepest state it reads: its rows' cells then lack the
+        later blocks, so the caller must not keep them for a deeper call. The caller has made room."""
         reads = reads or {}
-        wanted = set(hidden_rows)
+        wanted = dict(hidden_rows or {})
         marked = [output or i in wanted for i, output in enumerate(rows.outputs)]  # a hidden state is an output
         found: dict[int, dict[int, float]] = {}
         states: dict[int, np.ndarray] = {}
@@ -132,7 +145,7 @@ class KVCache:
                     seq_ids,
                     outputs,
                     padding=call.padding,
-                    hidden_rows=[i - call.start for i in hidden],
+                    hidden_rows={i - call.start: wanted[i] for i in hidden},
                     logits=any(i in reads for i in span),
                 )
             except RuntimeError:
@@ -167,11 +180,14 @@ class KVCache:
 
     # -- the prompt sequence ----------------------------------------------------------------------
 
-    def source(self, tokens: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
+    def source(self, tokens: Sequence[int], layer: int | None = None) -> tuple[tuple[int, ...] | None, int]:
         """Where the longest reusable prefix of `tokens` is: sequence 0 (None) or a pin, and its length
-        (sequence 0 prepares from it; working sequences share it). Deterministic scoring reuses only
-        cells evaluated in deterministic calls."""
+        (sequence 0 prepares from it; working sequences share it), for work that reads up to block
+        `layer` (None: every block). Deterministic scoring reuses only cells evaluated in
+        deterministic calls."""
         limit = self._exact if self.deterministic else len(self.prompt)
+        if layer is None or layer >= self._shallow_blocks:
+            limit = min(limit, self._deep)
         best: tuple[tuple[int, ...] | None, int] = (None, common_prefix_length(self.prompt[:limit], tokens))
         for key in self._pins:
             length = common_prefix_length(key, tokens)
@@ -179,13 +195,13 @@ class KVCache:
                 best = (key, length)
         return best
 
-    def make_room(self, tokens: Sequence[int], extra: int) -> None:
+    def make_room(self, tokens: Sequence[int], extra: int, layer: int | None = None) -> None:
         """Free enough cells for sequence 0 to hold `tokens` (reusing what it can) plus `extra` more
         cells (answer tries, working sequences), and the scratch rows of a padded call: first the
         cells of sequence 0 that `tokens` does not reuse (dropped when it is prepared), then
         least-recently-used pins, the one `tokens` reuses last."""
         while True:
-            source, reuse = self.source(tokens)
+            source, reuse = self.source(tokens, layer)
             kept = max(0, reuse - self._shared) if source is None else 0
             if len(tokens) - reuse + extra + MIN_CALL_ROWS <= self.n_ctx - self.pinned_cells - kept:
                 return
@@ -194,28 +210,34 @@ class KVCache:
                 return  # nothing left to give way: the caller checked that its work fits the context
             self._evict(victims[0])
 
-    def prepare(self, tokens: Sequence[int]) -> int:
-        """Make sequence 0 hold the longest reusable prefix of `tokens` and nothing else; returns its
-        length. The caller evaluates the rest into sequence 0 and records it with `extend`."""
-        source, reuse = self.source(tokens)
+    def prepare(self, tokens: Sequence[int], layer: int | None = None) -> int:
+        """Make sequence 0 hold the longest prefix of `tokens` reusable by work reading up to block
+        `layer` (None: every block) and nothing else; returns its length. The caller evaluates the
+        rest into sequence 0 and records it with `extend`."""
+        source, reuse = self.source(tokens, layer)
         if source is not None:
             llama_cpp.llama_memory_seq_rm(self._memory, PROMPT, -1, -1)
             llama_cpp.llama_memory_seq_cp(self._memory, self._pins[source], PROMPT, 0, reuse)
             self._pins.move_to_end(source)
-            self.prompt, self._shared = list(tokens[:reuse]), reuse
+            self.prompt, self._shared, self._deep = list(tokens[:reuse]), reuse, reuse
             self._exact = reuse if self.deterministic else 0
         elif reuse < len(self.prompt):
-            llama_cpp.llama_memory_seq_rm(self._memory, PROMPT, reuse, -1)
-            del self.prompt[reuse:]
-            self._shared = min(self._shared, reuse)
-            self._exact = min(self._exact, reuse)
+            self.trim(reuse)
         self.last_reused = reuse
         return reuse
 
-    def extend(self, tokens: Sequence[int]) -> None:
-        """Record that sequence 0 now also holds `tokens`, evaluated by `run` after what it held."""
+    def extend(self, tokens: Sequence[int], layer: int | None = None) -> None:
+        """Record that sequence 0 now also holds `tokens`, evaluated by `run` after what it held, up to
+        block `layer` (a call stopped there) or through every block (None)."""
         if self._exact == len(self.prompt) and self.deterministic:
             self._exact += len(tokens)
+        if layer is None:
+            if self._deep == len(self.prompt):
+                self._deep += len(tokens)
+        elif self._deep == len(self.prompt):
+            self._shallow_blocks = layer + 1
+        else:
+            self._shallow_blocks = min(self._shallow_blocks, layer + 1)
         self.prompt.extend(tokens)
 
     def prefill(self, tokens: Sequence[int], *, extra: int = 0) -> int:
@@ -234,6 +256,7 @@ class KVCache:
             del self.prompt[length:]
             self._shared = min(self._shared, length)
             self._exact = min(self._exact, length)
+            self._deep = min(self._deep, length)
 
     @contextmanager
     def working(self, members: int, *, from_prompt: bool = True) -> Iterator[list[int]]:

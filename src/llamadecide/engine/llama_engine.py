@@ -119,8 +119,12 @@ class Engine:
         self._batch_scorer = BatchScorer(self._kv, self._scorer)
         self.tokenizer = Tokenizer(self._model, template_override=config.chat_template, model_label=path.name)
         self._sha256: str | None = None
+        self.n_layer = llama_cpp.llama_model_n_layer(self._model.model)
         if self._tap is not None and not self._decoder.tap_works(0):
             log.warning("%s: no result_norm tensor in the graph; hidden states through embeddings mode", path.name)
+        self._kv.clear()
+        # Blocks whose output a head may read (the last block's output is the final state's input).
+        self.readable_layers = range(self.n_layer - 1) if self._decoder.tap_works(0, self.n_layer - 2) else range(0)
         self._kv.clear()
 
     @property
@@ -251,27 +255,45 @@ class Engine:
         continuations: Sequence[Sequence[int]],
         *,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         epsilon: float = 0.0,
     ) -> TrieScores:
         """Score every continuation of `prefix` as a token trie: the part of the prefix the cache
         lacks and the trie go in the same calls. With `hidden`, the hidden state at the prefix's last
-        token comes from the same calls (what a fitted head reads). With `epsilon` > 0 and a trie of
+        token comes from the same calls (what a fitted head reads; `hidden_layer`: the output of that
+        block, `readable_layers`, instead of the final state). With `epsilon` > 0 and a trie of
         at least `call_cost_rows` nodes, the trie is expanded best-first until the continuations left
         unexpanded hold at most `epsilon` times the probability found; their tokens below the
         frontier are NaN."""
+        self._check_layer(hidden_layer)
         with self._lock:
-            return self._scorer.score_trie(prefix, continuations, hidden=hidden, epsilon=epsilon)
+            return self._scorer.score_trie(
+                prefix, continuations, hidden=hidden, hidden_layer=hidden_layer, epsilon=epsilon
+            )
 
     def score_many(self, inputs: Sequence[ScoringInput]) -> list[TrieScores]:
         """Many inputs' tries and hidden states in shared calls (`ScoringInput`); each input's scores
         equal those it gets alone."""
+        for work in inputs:
+            self._check_layer(work.hidden_layer)
         with self._lock:
             return self._batch_scorer.score_many(inputs)
 
-    def hidden_state(self, prompt: Sequence[int]) -> np.ndarray:
-        """The final hidden state at the prompt's last token (after the output norm)."""
+    def hidden_state(self, prompt: Sequence[int], layer: int | None = None) -> np.ndarray:
+        """The hidden state at the prompt's last token: the output of block `layer` (`readable_layers`;
+        the call stops there), or with None the final state (after the output norm)."""
+        self._check_layer(layer)
         with self._lock:
-            return self._scorer.hidden_state(prompt)
+            return self._scorer.hidden_state(prompt, layer)
+
+    def _check_layer(self, layer: int | None) -> None:
+        if layer is not None and layer not in self.readable_layers:
+            raise InvalidRequestError(
+                f"this model's hidden states are read at blocks {self.readable_layers.start} to "
+                f"{self.readable_layers.stop - 1} (or the final state), not block {layer}: "
+                "the calibration head was fitted for another model",
+                param="calibration",
+            )
 
     def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray:
         """Reference path: `tokens` evaluated from an empty cache; log-probabilities from `start` on."""

@@ -49,6 +49,7 @@ class Scorer:
         continuations: Sequence[Sequence[int]],
         *,
         hidden: bool = False,
+        hidden_layer: int | None = None,
         epsilon: float = 0.0,
     ) -> TrieScores:
         if not prefix:
@@ -66,7 +67,7 @@ class Scorer:
             if sum(1 for n in nodes if n.children) >= self.call_cost_rows:
                 kv.make_room(prefix[:-1], trie_rows(continuations))
                 cached = kv.prepare(prefix[:-1])
-                rows, state = self._score_lazy(prefix, continuations, nodes, epsilon, hidden, cached)
+                rows, state = self._score_lazy(prefix, continuations, nodes, epsilon, hidden, hidden_layer)
                 return TrieScores(rows, state, lazy=True, cached_tokens=cached)
         results: list[np.ndarray] = [np.empty(0)] * len(continuations)
         state, cached = None, 0
@@ -75,12 +76,14 @@ class Scorer:
             kv.make_room(prefix[:-1], trie_rows(members))
             reused = kv.prepare(prefix[:-1])
             cached = reused if number == 0 else cached
-            scored, group_state = self._score_group(prefix, members, hidden=hidden and number == 0)
+            scored, group_state = self._score_group(
+                prefix, members, hidden=hidden and number == 0, hidden_layer=hidden_layer
+            )
             state = group_state if number == 0 else state
             for i, values in zip(group, scored):
                 results[i] = values
         if hidden and state is None:
-            state = self.hidden_state(prefix)  # the prefix is cached now: one row
+            state = self.hidden_state(prefix, hidden_layer)  # the prefix is cached now: one row
         return TrieScores(results, state, cached_tokens=cached)
 
     def _tail_rows(self, prefix: Sequence[int], members: list[int]) -> Rows:
@@ -91,7 +94,7 @@ class Scorer:
         return rows
 
     def _score_group(
-        self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *, hidden: bool
+        self, prefix: Sequence[int], continuations: Sequence[Sequence[int]], *, hidden: bool, hidden_layer: int | None
     ) -> tuple[list[np.ndarray], np.ndarray | None]:
         nodes = build_trie(prefix[-1], continuations)
         base = len(prefix) - 1
@@ -105,7 +108,10 @@ class Scorer:
                     rows.add(node.token, base + node.depth, [ids[m] for m in node.members], output=True)
             inner = list(reads)
             found, state = self.kv.run(
-                rows, {tail + r: reads[i] for r, i in enumerate(inner)}, hidden_row=tail if hidden else None
+                rows,
+                {tail + r: reads[i] for r, i in enumerate(inner)},
+                hidden_row=tail if hidden else None,
+                layer=hidden_layer,
             )
         self.kv.extend(prefix[len(self.kv.prompt) : -1])
         return gather(nodes, continuations, {i: found[tail + r] for r, i in enumerate(inner)}), state
@@ -117,7 +123,7 @@ class Scorer:
         nodes: list,
         epsilon: float,
         hidden: bool,
-        cached: int,
+        hidden_layer: int | None,
     ) -> tuple[list[np.ndarray], np.ndarray | None]:
         """Best-first trie evaluation with a certified bound. Call one evaluates the prefix's tail
         and the root (every continuation's first token). Each further call expands the unexpanded
@@ -132,7 +138,9 @@ class Scorer:
             rows = self._tail_rows(prefix, ids)
             tail = len(rows)
             rows.add(nodes[0].token, base, [ids[m] for m in nodes[0].members], output=True)
-            found, state = self.kv.run(rows, {tail: nodes[0].children}, hidden_row=tail if hidden else None)
+            found, state = self.kv.run(
+                rows, {tail: nodes[0].children}, hidden_row=tail if hidden else None, layer=hidden_layer
+            )
             self.kv.extend(prefix[len(self.kv.prompt) : -1])
             expanded[0] = found[tail]
             taken = 0.0
@@ -163,22 +171,23 @@ class Scorer:
                     expanded[i] = found[r]
         return gather(nodes, continuations, expanded), state
 
-    def hidden_state(self, prompt: Sequence[int]) -> np.ndarray:
-        """The model's final hidden state (after the output norm, before the vocabulary projection)
-        at the prompt's last token: the position the answer is predicted from. Sequence 0 holds the
-        whole prompt afterwards."""
+    def hidden_state(self, prompt: Sequence[int], layer: int | None = None) -> np.ndarray:
+        """The model's hidden state at the prompt's last token (the position the answer is predicted
+        from): the output of block `layer`, or with None the final one (after the output norm, before
+        the vocabulary projection). Sequence 0 holds the whole prompt afterwards (after a block's
+        state, its new cells only that deep: `KVCache.extend`)."""
         if not prompt:
             raise InvalidRequestError("the prompt is empty")
         kv = self.kv
         check_fits(kv.n_ctx, len(prompt), "the prompt")
-        kv.make_room(prompt, 0)
-        kv.prepare(prompt[:-1])
+        kv.make_room(prompt, 0, layer)
+        kv.prepare(prompt[:-1], layer)
         start = len(kv.prompt)
         rows = Rows()
         rows.extend(prompt[start:], start, (PROMPT,))
         rows.outputs[-1] = True
-        _, state = kv.run(rows, hidden_row=len(rows) - 1)
-        kv.extend(prompt[start:])
+        _, state = kv.run(rows, hidden_row=len(rows) - 1, layer=layer)
+        kv.extend(prompt[start:], layer)
         assert state is not None
         return state
 

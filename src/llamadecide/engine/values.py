@@ -49,11 +49,13 @@ class TrieScores:
 class ScoringInput:
     """One input's work. With continuations: score them after `prefix` as a trie (and the hidden
     state at the prefix's last token when `hidden`). Without: `prefix` is a whole prompt, of which
-    only the hidden state at its last token is wanted."""
+    only the hidden state at its last token is wanted. hidden_layer: the block whose output is that
+    state (None: the final state, after the output norm)."""
 
     prefix: Sequence[int]
     continuations: Sequence[Sequence[int]] = ()
     hidden: bool = False
+    hidden_layer: int | None = None
 
     @property
     def members(self) -> int:

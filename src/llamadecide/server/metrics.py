@@ -37,6 +37,11 @@ ENGINE_COUNTERS = {  # Engine.counters key -> (metric name without _total, help)
         "llamadecide_engine_projections_skipped",
         "llama_decode calls that read hidden states and no logits, stopped before the vocabulary projection",
     ),
+    "full_depth_rows": (
+        "llamadecide_engine_full_depth_rows",
+        "Batch rows for requests weighted by the share of the model's blocks their call ran (a head on a middle "
+        "block stops its call there)",
+    ),
 }
 
 
