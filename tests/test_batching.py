@@ -62,6 +62,23 @@ def test_the_engine_scores_many_inputs_in_shared_calls_each_as_alone(engine):
     assert sum(s.cached_tokens > 0 for s in together) >= len(jobs) // 2 - 1  # the pinned prefix, by reference
 
 
+def test_an_input_scored_alone_leaves_its_prompt_for_the_next_to_reuse(engine):
+    """A group of one takes the single-input path, which keeps its prompt in sequence 0: the next
+    input evaluates only what follows their common prefix (a lone client's requests share their
+    chat header and the text after a pinned question)."""
+    header = "Please read the following customer message carefully and classify it. " * 4
+    first = engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": header + "My card is lost."}]))
+    second = engine.tokenize_prompt(engine.render_chat([{"role": "user", "content": header + "Where is my refund?"}]))
+    common = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
+    engine.clear_cache()
+    alone = engine.score_many([ScoringInput(first)])[0].hidden
+    rows = engine.counters["rows"]
+    engine.score_many([ScoringInput(second)])
+    assert engine.counters["rows"] - rows == len(second) - common
+    engine.clear_cache()
+    assert np.array_equal(engine.score_many([ScoringInput(first), ScoringInput(second)])[0].hidden, alone)
+
+
 def test_decide_many_equals_decide_and_keeps_a_bad_request_to_itself(engine):
     width = int(engine.metadata["llama.embedding_length"])
     rng = np.random.default_rng(0)

@@ -112,6 +112,9 @@ class BatchScorer:
             self.kv.prefill(first[:common], extra=sum(p.cells for p in group))
 
     def _run(self, group: list[_Planned], results: list[TrieScores | None]) -> None:
+        if len(group) == 1:  # alone, its prompt stays in sequence 0 for the next input to reuse
+            results[group[0].index] = self._alone(group[0].work)
+            return
         kv = self.kv
         cached = {p.index: p.reuse for p in group}  # before this group evaluated anything for itself
         self._share_common_prefix(group)
