@@ -15,11 +15,12 @@ from typer.testing import CliRunner
 
 from conftest import API_KEY
 from llamadecide.calibration.backends import HTTPBackend, LocalBackend, SageMakerBackend
-from llamadecide.calibration.config import HEAD_DEPTH, RunConfig, head_layer
+from llamadecide.calibration.config import RunConfig, head_layer
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.calibration.run import calibrate
 from llamadecide.cli.main import app
+from llamadecide.engine.model_files import BLOCK_DEPTH
 
 ROOT = Path(__file__).resolve().parents[1]
 AGNEWS = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv"
@@ -262,6 +263,7 @@ def test_over_its_budget_a_run_compares_every_candidate_on_the_answered_items(tm
         prior_correction=False,
         row_budget=15000,
         min_answered=16,
+        head_depth=BLOCK_DEPTH,
     )
     summary = calibrate(LocalBackend(engine), task, items, config)
     plan = summary["scoring"]
@@ -272,7 +274,7 @@ def test_over_its_budget_a_run_compares_every_candidate_on_the_answered_items(tm
     hidden_heads = [r for r in summary["candidates"] if r["features"] == "hidden-1"]
     assert hidden_heads and all(r["fit_items"] == 30 for r in hidden_heads)
     assert summary["test"]["calibrated"]["n"] == 10 or summary["chosen"]["features"] != "hidden-1"
-    layer = head_layer(engine.n_layer, HEAD_DEPTH)
+    layer = head_layer(engine.n_layer, BLOCK_DEPTH)
     assert plan["head_layer"] == layer is not None  # heads read a block, and the profile says which
     profile = CalibrationProfile.load(tmp_path / "run" / "profile.json")
     assert profile.head is None or profile.head.layer == layer

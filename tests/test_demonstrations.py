@@ -132,7 +132,20 @@ class RecordingBackend:
     def identity(self) -> str:
         return "recording"
 
-    def score(self, text, question, *, rotations=1, hidden=False, demonstrations=(), prompt_format="llamadecide-1"):
+    def head_layer(self, depth):
+        return None  # no hidden states
+
+    def score(
+        self,
+        text,
+        question,
+        *,
+        rotations=1,
+        hidden=False,
+        hidden_layer=None,
+        demonstrations=(),
+        prompt_format="llamadecide-1",
+    ):
         self.prompt_formats.append((text, prompt_format))
         if prompt_format == "llamadecide-1":
             self.calls.append((text, tuple(d.input for d in demonstrations)))
@@ -145,6 +158,7 @@ class RecordingBackend:
         *,
         rotations=1,
         hidden=False,
+        hidden_layer=None,
         demonstrations=(),
         prompt_format="llamadecide-1",
         answers=True,

@@ -100,3 +100,16 @@ def test_registry_pins_the_real_parts():
         assert sum(p.size for p in model.parts) == model.size
         assert all(len(p.sha256) == 64 for p in model.parts) and len(model.sha256) == 64
     assert model_files.BUNDLED["gemma-3-270m"].kind == "base"
+
+
+def test_a_head_reads_the_block_measured_for_its_model_and_else_the_final_state(engine):
+    from llamadecide.calibration.backends import LocalBackend
+    from llamadecide.engine.model_files import BLOCK_DEPTH, BUNDLED, measured_head_depth
+
+    default = BUNDLED["qwen2.5-coder-1.5b-instruct"]
+    assert measured_head_depth(default.sha256) == BLOCK_DEPTH  # the quality gate's finding
+    assert measured_head_depth(BUNDLED["qwen2.5-coder-0.5b-instruct"].sha256) == 1.0  # a block did worse
+    assert measured_head_depth("0" * 64) == 1.0  # any other GGUF: the final state
+    backend = LocalBackend(engine)  # SmolLM2: not measured
+    assert backend.head_layer(None) is None and backend.head_layer(1.0) is None
+    assert backend.head_layer(BLOCK_DEPTH) == round(BLOCK_DEPTH * engine.n_layer) - 1

@@ -186,7 +186,8 @@ def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
     import json
 
     from llamadecide.bench import prompt_formats
-    from llamadecide.calibration.config import HEAD_DEPTH, head_layer
+    from llamadecide.calibration.config import head_layer
+    from llamadecide.engine.model_files import BLOCK_DEPTH
 
     out = tmp_path / "prompt_formats.json"
     assert (
@@ -213,7 +214,7 @@ def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
         == 0
     )
     rows = json.loads(out.read_text())["rows"]
-    layer = head_layer(30, HEAD_DEPTH)  # SmolLM2-135M has 30 blocks; the heads read calibrate's
+    layer = head_layer(30, BLOCK_DEPTH)  # SmolLM2-135M has 30 blocks; the heads read calibrate's
     head = f"head, block {layer} of 30 + lexical (12 labels)"
     assert [(r["prompt_format"], r["shots"], r["method"]) for r in rows] == [
         (PROMPT_FORMAT_VERSION, 0, "zero-shot"),

@@ -147,14 +147,15 @@ def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_prob
 def test_a_served_head_on_a_blocks_hidden_state_alone_scores_no_answer(engine, tmp_path):
     """A profile's head reads the block it was fitted on (calibrate's depth), served as fitted."""
     from llamadecide.bench.server_process import ServerProcess
-    from llamadecide.calibration.config import HEAD_DEPTH, head_layer
+    from llamadecide.calibration.config import head_layer
     from llamadecide.decisions.maths import HIDDEN_ONLY
+    from llamadecide.engine.model_files import BLOCK_DEPTH
 
     task = load_task("agnews")
     items = read_labelled(AGNEWS, text_column="0", label_column="1")[:24]
     measurer = Measurer(engine)
     question = task.question()
-    layer = head_layer(engine.n_layer, HEAD_DEPTH)
+    layer = head_layer(engine.n_layer, BLOCK_DEPTH)
     H = np.array([measurer.hidden(item.text, question, prompt_format="llamadecide-3", layer=layer) for item in items])
     y = np.array([task.gold_index(item.label) for item in items])
     head = fit_head(np.zeros((len(items), len(task.options))), H, y, C=0.05, features=HIDDEN_ONLY)

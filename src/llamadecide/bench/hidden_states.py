@@ -19,10 +19,11 @@ import time
 import numpy as np
 
 from llamadecide.bench.datasets import DATASETS
-from llamadecide.calibration.config import HEAD_DEPTH, head_layer
+from llamadecide.calibration.config import head_layer
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
+from llamadecide.engine.model_files import BLOCK_DEPTH
 
 
 def measure(
@@ -47,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=30)
     parser.add_argument("--prompt-formats", nargs="+", default=["llamadecide-3", "llamadecide-6"])
     parser.add_argument("--n-ctx", type=int, default=8192)
-    parser.add_argument("--head-depth", type=float, default=HEAD_DEPTH, help="where a head reads (calibrate's default)")
+    parser.add_argument(
+        "--head-depth",
+        type=float,
+        default=BLOCK_DEPTH,
+        help="where the block a head reads lies (the default model's measured depth)",
+    )
     args = parser.parse_args(argv)
     data = DATASETS[args.dataset]
     task = load_task(data.task)

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llamadecide.bench.datasets import DATASETS
-from llamadecide.calibration.config import HEAD_DEPTH, head_layer
+from llamadecide.calibration.config import head_layer
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, cross_validated, fit_head
 from llamadecide.calibration.profile import HeadParams
@@ -46,6 +46,7 @@ from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import HEAD_ONLY_FORMATS, INPUT_ONLY, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
 from llamadecide.decisions.rules import Demonstration, Head
 from llamadecide.engine import Engine, EngineConfig, resolve_model_path
+from llamadecide.engine.model_files import BLOCK_DEPTH
 
 
 def run_prompt_format(
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         "--head-depth",
         type=float,
         nargs="+",
-        default=[HEAD_DEPTH],
+        default=[BLOCK_DEPTH],
         help="where the heads read, as shares of the model's blocks (1: the final state); one head per depth",
     )
     parser.add_argument("--n-ctx", type=int, default=8192)

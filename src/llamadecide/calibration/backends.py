@@ -16,6 +16,7 @@ from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.rules import Demonstration
+from llamadecide.engine.model_files import measured_head_depth
 from llamadecide.errors import LlamaDecideError
 
 
@@ -32,9 +33,9 @@ class Backend(Protocol):
     supports_demonstrations: bool
 
     def identity(self) -> str: ...
-    def head_layer(self, depth: float) -> int | None:
-        """The block a head reads at `depth` (`config.head_layer`), None for the final state or
-        where no hidden state is read."""
+    def head_layer(self, depth: float | None) -> int | None:
+        """The block a head reads at `depth` (`config.head_layer`; None: the model's measured depth),
+        None for the final state or where no hidden state is read."""
 
     def score(
         self,
@@ -81,7 +82,9 @@ class LocalBackend:
     def identity(self) -> str:
         return self.engine.model_sha256
 
-    def head_layer(self, depth: float) -> int | None:
+    def head_layer(self, depth: float | None) -> int | None:
+        if depth is None:
+            depth = measured_head_depth(self.engine.model_sha256)
         layer = head_layer(self.engine.n_layer, depth)
         return layer if layer in self.engine.readable_layers else None
 
@@ -245,7 +248,7 @@ class _RemoteBackend:
                 )
         return self._identity
 
-    def head_layer(self, depth: float) -> int | None:
+    def head_layer(self, depth: float | None) -> int | None:
         return None  # no hidden state is read through an endpoint
 
     def score(

@@ -8,12 +8,6 @@ from pathlib import Path
 
 from llamadecide.decisions.prompt import INPUT_LAST, PROMPT_FORMAT_VERSION, QUESTION_FIRST
 
-# Where a head reads the hidden state, as a share of the model's blocks (1: the final state, after
-# the output norm). A linear head on the output of the block at 85% of the depth did as well as on
-# the final state on Banking77, AG News and SST-2 (docs/measurements.md), and a decision that reads
-# it stops the model there: 24 of 28 blocks on the default model.
-HEAD_DEPTH = 0.85
-
 
 def head_layer(n_layer: int, depth: float) -> int | None:
     """The block a head reads at `depth` of a model of `n_layer` blocks (None: the final state)."""
@@ -38,7 +32,11 @@ class RunConfig:
     prior_correction: bool = True  # also try content-free prior correction
     head: bool = True  # also try a head on the hidden state (local backend)
     lexical: bool = True  # also try each head fused with a lexical expert on the input text
-    head_depth: float = HEAD_DEPTH  # where heads read the hidden state (`head_layer`)
+    # Where heads read the hidden state, as a share of the model's blocks (`head_layer`; 1: the final
+    # state). None: the depth measured for the model (`model_files.measured_head_depth`: 0.85 on the
+    # default model, a block that does as well as the final state and stops the call there; the
+    # final state for models where none was measured or none did as well).
+    head_depth: float | None = None
     only_mode: str | None = None  # score in this mode instead of the task's default
     shots: int = 0  # also score with this many labelled demonstrations before each item (local backend)
     # Prompt formats to measure (besides the state-first default, local backend only): each

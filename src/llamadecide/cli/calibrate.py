@@ -75,13 +75,14 @@ def calibrate_command(
         ),
     ] = DEFAULTS.lexical,
     head_depth: Annotated[
-        float,
+        Optional[float],
         typer.Option(
             "--head-depth",
             min=0.05,
             max=1.0,
             help="Where heads read the hidden state, as a share of the model's blocks (1: the final state); "
-            "a decision then runs the model only that deep",
+            "a decision then runs the model only that deep (default: the depth measured for the model, "
+            "0.85 on the default model, else 1)",
         ),
     ] = DEFAULTS.head_depth,
     shots: Annotated[
