@@ -87,7 +87,8 @@ def test_the_fit_memo_answers_selections_repeated_fits_and_changes_no_result(mon
     regressions and lexical experts many times: the memo answers the repeats (counted), with the
     same held-out figures as fitting every one afresh."""
     from llamadecide.calibration import fitting
-    from llamadecide.calibration.fitting import Candidate, cross_validated
+    from llamadecide.calibration.cross_validation import cross_validated
+    from llamadecide.calibration.fitting import Candidate
     from llamadecide.calibration.memo import FitMemo
     from llamadecide.decisions.maths import HIDDEN_ONLY
 

@@ -35,8 +35,9 @@ from rich.table import Table
 
 from llamadecide.bench.datasets import DATASETS
 from llamadecide.calibration.config import head_layer
+from llamadecide.calibration.cross_validation import cross_validated
 from llamadecide.calibration.data import load_task, read_labelled
-from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, cross_validated, fit_head
+from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, fit_head
 from llamadecide.calibration.profile import HeadParams
 from llamadecide.calibration.run import split
 from llamadecide.calibration.variants import choose_demonstrations

@@ -14,8 +14,9 @@ from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import Backend
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.config import RunConfig
+from llamadecide.calibration.cross_validation import one_blas_thread
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrator, one_blas_thread
+from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrator
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, HeadParams
 from llamadecide.calibration.report import write_html

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from llamadecide.calibration.cross_validation import cross_validated, held_out_figures, in_parallel, pooled
 from llamadecide.calibration.fitting import (
     Calibrator,
     Candidate,
     HeadCalibrator,
     candidates,
     content_free_prior_for,
-    cross_validated,
     fit_candidate,
-    held_out_figures,
-    in_parallel,
-    pooled,
     splitter,
 )
 from llamadecide.calibration.variants import Variant, VariantScores
