@@ -232,7 +232,8 @@ def test_a_calibrate_output_folder_is_served_as_it_is(local_run):
 
 
 def test_scoring_plans_within_a_row_budget():
-    from llamadecide.calibration.variants import Variant, plan_scoring
+    from llamadecide.calibration.budget import plan_scoring
+    from llamadecide.calibration.variants import Variant
 
     used = np.arange(1000)
     cheap, many = Variant("text", prompt_format="llamadecide-3"), Variant("text")

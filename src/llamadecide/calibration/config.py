@@ -49,7 +49,7 @@ class RunConfig:
     shots_per_class: tuple[int, ...] = (1,)
     # Most evaluated rows (weighted by the pinned prefix they attend to) the scoring may cost, about
     # ten minutes on 2 CPU cores with the default model; over it, the costliest variants are left out
-    # and many-option answers scored on a subsample (`variants.plan_scoring`). None: no limit.
+    # and many-option answers scored on a subsample (`budget.plan_scoring`). None: no limit.
     row_budget: int | None = 120_000
     min_answered: int = 100  # over the budget, answers are scored on a subsample of at least this many items
     bins: int = 15
