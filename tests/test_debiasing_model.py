@@ -166,9 +166,11 @@ def test_a_blocks_hidden_state_stops_the_call_there_and_equals_the_full_calls(en
     engine.clear_cache()
     fresh = engine.score_trie(prompt, [[1, 2], [3]]).rows
     engine.clear_cache()
-    skipped = engine.counters["projections_skipped"]
+    skipped, rows, depth_rows = (engine.counters[k] for k in ("projections_skipped", "rows", "full_depth_rows"))
     stopped = engine.hidden_state(prompt, layer)
     assert engine.counters["projections_skipped"] - skipped == 1
+    evaluated = engine.counters["rows"] - rows  # each ran layer + 1 of the model's blocks
+    assert engine.counters["full_depth_rows"] - depth_rows == pytest.approx(evaluated * (layer + 1) / engine.n_layer)
     rows = engine.counters["rows"]
     assert np.array_equal(engine.hidden_state(prompt, layer), stopped)
     assert engine.counters["rows"] - rows == 1  # the shallow cells serve a read as deep

@@ -151,29 +151,8 @@ class RecordingBackend:
             self.calls.append((text, tuple(d.input for d in demonstrations)))
         return ItemScores([-1.0 - len(demonstrations), -2.0], [1, 1])
 
-    def score_many(
-        self,
-        texts,
-        question,
-        *,
-        rotations=1,
-        hidden=False,
-        hidden_layer=None,
-        demonstrations=(),
-        prompt_format="llamadecide-1",
-        answers=True,
-    ):
-        return [
-            self.score(
-                t,
-                question,
-                rotations=rotations,
-                hidden=hidden,
-                demonstrations=demonstrations,
-                prompt_format=prompt_format,
-            )
-            for t in texts
-        ]
+    def score_many(self, texts, question, *, answers=True, **options):
+        return [self.score(t, question, **options) for t in texts]
 
     def content_free(self, question, *, rotations=1, demonstrations=(), prompt_format="llamadecide-1"):
         return np.zeros((2, 2)), None

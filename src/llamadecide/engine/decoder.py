@@ -259,7 +259,7 @@ class Decoder:
                 self._tap = None
             return False
         finally:
-            self.counters.update(decode_calls=0, rows=0, padding_rows=0, projections_skipped=0, full_depth_rows=0.0)
+            self.counters.update(dict.fromkeys(self.counters, 0))
         return True
 
     def logprobs(self, batch_index: int) -> np.ndarray:

@@ -119,7 +119,7 @@ class Engine:
         self._batch_scorer = BatchScorer(self._kv, self._scorer)
         self.tokenizer = Tokenizer(self._model, template_override=config.chat_template, model_label=path.name)
         self._sha256: str | None = None
-        self.n_layer = llama_cpp.llama_model_n_layer(self._model.model)
+        self.n_layer = self._decoder.n_layer
         if self._tap is not None and not self._decoder.tap_works(0):
             log.warning("%s: no result_norm tensor in the graph; hidden states through embeddings mode", path.name)
         self._kv.clear()
