@@ -24,6 +24,27 @@ def _ci(metrics: dict, key: str) -> str:
     return f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else ""
 
 
+def _raw_heading(raw: dict, cal: dict) -> str:
+    """Over the row budget, raw answers exist only on the items whose answers were scored (on the
+    calibration part when the test part's were never needed)."""
+    if raw["n"] == cal["n"] and raw.get("part", "test") == "test":
+        return "raw"
+    return f"raw ({raw['n']} {'calibration ' if raw.get('part') == 'calibration' else ''}items with answers)"
+
+
+def _compared(selection: dict) -> str:
+    """On what items the candidates were compared (those reading answers may have fallen behind on the
+    few items with answers, the others then compared on every item)."""
+    compared, behind, items = selection["compared"], selection.get("behind", 0), selection["items"]
+    if not behind:
+        return f"{compared} compared on the same folds of {', '.join(map(str, items))} items. "
+    return (
+        f"{compared} compared on the same folds of {min(items)} items with answers, where the {behind} reading "
+        f"answers fell behind (by over {selection['behind_by']:g} standard errors); the other "
+        f"{compared - behind} then on the same folds of {max(items)} items. "
+    )
+
+
 def print_summary(summary: dict, console: Console | None = None) -> None:
     console = console or Console()
     raw, cal = summary["test"]["raw"], summary["test"]["calibrated"]
@@ -32,7 +53,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     )
     table.add_column("metric")
     # Over the row budget, raw answers exist only on the items whose answers were scored.
-    table.add_column("raw" if raw["n"] == cal["n"] else f"raw ({raw['n']} items with answers)", justify="right")
+    table.add_column(_raw_heading(raw, cal), justify="right")
     table.add_column("calibrated", justify="right")
     for label, key, fmt in ROWS:
         table.add_row(label, fmt.format(raw[key]) + _ci(raw, key), fmt.format(cal[key]) + _ci(cal, key))
@@ -43,14 +64,17 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             f"chosen: {chosen['label']}, the simplest of {selection['within_one_se']} candidates within one "
             f"standard error (of the item-by-item difference) of the lowest cross-validated NLL "
             f"({selection['lowest']['label']}, {selection['lowest']['cv_nll']:.4f}); "
-            f"{selection['compared']} compared on the same folds of "
-            f"{', '.join(map(str, selection['items']))} items. "
-            f"Chosen, cross-validated → test: accuracy {chosen['cv_accuracy']:.3f} → {cal['accuracy']:.3f}, "
+            + _compared(selection)
+            + f"Chosen, cross-validated → test: accuracy {chosen['cv_accuracy']:.3f} → {cal['accuracy']:.3f}, "
             f"NLL {chosen['cv_nll']:.4f} → {cal['nll']:.4f}"
         )
     plan = summary.get("scoring") or {}
     if plan.get("left_out") or plan.get("hidden_state_on_every_item"):
-        answered = " | ".join(f"{label}: {n}" for label, n in plan["answers_scored"].items())
+        planned = plan.get("answers_planned", {})
+        answered = " | ".join(
+            f"{label}: {n}" + (f" of {planned[label]} planned" if planned.get(label, n) != n else "")
+            for label, n in plan["answers_scored"].items()
+        )
         console.print(
             f"within the row budget ({plan['row_budget']:,}, about {plan['estimated_rows']:,} used): answers "
             f"scored for {answered} items; hidden states alone on every item in "
@@ -131,7 +155,8 @@ def write_html(summary: dict, out_dir: Path) -> Path:
         for label, key, fmt in ROWS
     )
     cands = "".join(
-        f"<tr><td>{html.escape(c['mode'])}</td><td>{html.escape(c['label'])}</td><td>{c['cv_nll']:.4f}</td></tr>"
+        f"<tr><td>{html.escape(c['mode'])}</td><td>{html.escape(c['label'])}</td><td>{c['cv_nll']:.4f}</td>"
+        f"<td>{c['cv_items']}{' (fell behind)' if c.get('behind') else ''}</td></tr>"
         for c in summary["candidates"]
     )
     th = summary["threshold"]
@@ -157,14 +182,15 @@ img{{max-width:48%}}</style></head><body>
 prompt format {summary["prompt_format"]} · {summary["split"]["calibration"]} calibration items,
 {summary["split"]["test"]} test items (seed {summary["split"]["seed"]})</p>
 <h2>Test part, before and after</h2>
-<table><tr><th>metric</th><th>raw</th><th>calibrated ({html.escape(summary["chosen"]["label"])})</th></tr>
+<table><tr><th>metric</th><th>{html.escape(_raw_heading(raw, cal))}</th>
+<th>calibrated ({html.escape(summary["chosen"]["label"])})</th></tr>
 {rows}</table>
 <h2>Policy</h2>{policy}
 <p>Conformal sets (alpha {summary["conformal"]["alpha"]}): coverage {summary["conformal"]["coverage"]:.3f}, mean size
 {summary["conformal"]["mean_set_size"]:.2f}, singletons {summary["conformal"]["singleton_rate"]:.1%}.</p>
 {img("reliability.png")} {img("risk_coverage.png")}
 <h2>Candidates (5-fold cross-validated NLL on the calibration part)</h2>
-<table><tr><th>mode</th><th>calibrator</th><th>CV NLL</th></tr>{cands}</table>
+<table><tr><th>mode</th><th>calibrator</th><th>CV NLL</th><th>held-out items</th></tr>{cands}</table>
 </body></html>"""
     path = out_dir / "report.html"
     path.write_text(page, encoding="utf-8")

@@ -20,7 +20,16 @@ from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrato
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, HeadParams
 from llamadecide.calibration.report import write_html
-from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, public, select, usable
+from llamadecide.calibration.selection import (
+    apply_variant,
+    choose,
+    fit_variant,
+    out_of_fold,
+    public,
+    reads_answers,
+    select,
+    usable,
+)
 from llamadecide.calibration.thresholds import (
     conformal_quantile,
     conformal_report,
@@ -28,7 +37,7 @@ from llamadecide.calibration.thresholds import (
     reachable,
     select_threshold,
 )
-from llamadecide.calibration.variants import demonstration_items, score_variants
+from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items, score_variants
 from llamadecide.decisions.maths import confidence
 from llamadecide.errors import InvalidRequestError
 
@@ -54,22 +63,33 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     cal_idx, test_idx = split(len(items), config.calibration_size, config.test_size, config.seed)
     used = np.concatenate([cal_idx, test_idx])
     began = time.perf_counter()
-    cache = ScoreCache(out / "cache.sqlite")
-    try:
-        scoring_plan: dict = {}
-        scored = score_variants(
-            backend,
-            task,
-            items,
-            used,
-            config,
-            cache,
-            pool=cal_idx,
-            split_parts=(cal_idx, test_idx),
-            report=scoring_plan,
-        )
-    finally:
-        cache.close()
+    scoring_plan: dict = {}
+
+    def scores(**deferral) -> dict[Variant, VariantScores]:
+        cache = ScoreCache(out / "cache.sqlite")
+        try:
+            return score_variants(
+                backend,
+                task,
+                items,
+                used,
+                config,
+                cache,
+                pool=cal_idx,
+                split_parts=(cal_idx, test_idx),
+                report=scoring_plan,
+                **deferral,
+            )
+        finally:
+            cache.close()
+
+    def settled(scored: dict[Variant, VariantScores]) -> bool:
+        held = np.setdiff1d(cal_idx, demonstration_items(scored))
+        return any(r.get("behind") for r in select(scored, held, y_all[held], seed=config.seed)[0])
+
+    # Answers on a subsample stop once every candidate reading them is behind; the test part's wait
+    # until the chosen candidate turns out to read them.
+    scored = scores(defer_answers=test_idx, settled=settled)
     scoring_s = time.perf_counter() - began
     shown = demonstration_items(scored)
     cal_idx = np.setdiff1d(cal_idx, shown)
@@ -78,6 +98,10 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     results, fitted = select(scored, cal_idx, y_all[cal_idx], seed=config.seed)
     best, selection = choose(results)
     variant, candidate = fitted[best["label"]]
+    if scored[variant].answered is not None and reads_answers(best):
+        began_test = time.perf_counter()
+        scored = scores()
+        scoring_s += time.perf_counter() - began_test
     data = scored[variant]
     # Each fitted and measured on the items it has what it reads for (all of them, unless the run's
     # budget scored answers on a subsample).
@@ -88,6 +112,10 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     default = next(iter(scored))
     raw = Calibrator()
     raw_cal, raw_test = (usable(scored[default], Candidate("none", False), idx) for idx in (cal_idx, test_idx))
+    # Raw answers fit nothing, so where the test part has none (their scoring waited on a choice that
+    # read none) they are measured on the calibration items that have them.
+    raw_part = "test" if len(raw_test) else "calibration"
+    raw_test = raw_test if len(raw_test) else raw_cal
     P_raw_test = raw.apply(scored[default].L[raw_test], None)
     measured = usable(data, candidate, test_idx)
     y_test, y_raw = y_all[measured], y_all[raw_test]
@@ -156,9 +184,12 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
             "calibrated": metrics.summary(P_cal_cal, y_cal, bins=config.bins, rounds=0),
         },
         "test": {
-            "raw": metrics.summary(
-                P_raw_test, y_raw, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds
-            ),
+            "raw": {
+                **metrics.summary(
+                    P_raw_test, y_raw, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds
+                ),
+                "part": raw_part,
+            },
             "calibrated": metrics.summary(
                 P_cal_test, y_test, bins=config.bins, seed=config.seed, rounds=config.bootstrap_rounds
             ),

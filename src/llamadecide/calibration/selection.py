@@ -36,7 +36,9 @@ def select(
     """Cross-validated NLL and accuracy of every (variant, candidate) on the calibration part, every
     one measured on the same held-out folds: of the items every variant has answer scores for (all of
     them unless the run's budget scored answers on a subsample), each candidate fitted on the other
-    items it has what it reads for (a head on the hidden state alone: every item)."""
+    items it has what it reads for (a head on the hidden state alone: every item). When answers were
+    scored on a subsample and every candidate reading them is behind (`answers_behind`), those are
+    marked `behind` and the others measured again on every calibration item they have."""
     y_of = {int(i): int(y) for i, y in zip(cal_idx, y_cal)}
     common = cal_idx
     for data in scored.values():
@@ -81,7 +83,50 @@ def select(
                     "cv_losses": cv["losses"],
                 }
             )
+    if len(common) < len(cal_idx) and answers_behind(results):
+        # The candidates that read answers are out of the running on the items with answers; the rest
+        # are compared on every calibration item they have what they read for.
+        for r in results:
+            if reads_answers(r):
+                r["behind"] = True
+            else:
+                variant, candidate = fitted[r["label"]]
+                fit_on = usable(scored[variant], candidate, cal_idx)
+                cv = _out_of_fold_figures(scored[variant], candidate, fit_on, fit_on, y_of, seed)
+                r.update(cv_nll=cv["nll"], cv_nll_se=cv["nll_se"], cv_accuracy=cv["accuracy"])
+                r.update(cv_items=cv["items"], cv_losses=cv["losses"])
     return results, fitted
+
+
+BEHIND_BY = 3.0  # standard errors of the item-by-item difference
+
+
+def reads_answers(result: dict) -> bool:
+    """Whether a candidate reads its variant's answer scores (all but a head on the hidden state alone)."""
+    return not (result["kind"] == "head" and result["features"] == HIDDEN_ONLY)
+
+
+def answers_behind(results: list[dict]) -> bool:
+    """Whether every candidate that reads answers is behind the best candidate that reads none by more
+    than `BEHIND_BY` standard errors of their item-by-item difference, on the items both were measured
+    on: scoring more answers (the dearest rows of a many-option task) would not change the choice."""
+    free = [r for r in results if not reads_answers(r)]
+    readers = [r for r in results if reads_answers(r)]
+    if not free or not readers:
+        return False
+    best = min(free, key=lambda r: r["cv_nll"])
+    return all(r["cv_nll"] - best["cv_nll"] > BEHIND_BY * _difference_se(r, best) for r in readers)
+
+
+def _out_of_fold_figures(
+    data: VariantScores, candidate: Candidate, held_out: np.ndarray, fit_on: np.ndarray, y_of: dict[int, int], seed: int
+) -> dict:
+    """`out_of_fold` over `fit_on`, measured on its items in `held_out`."""
+    P = out_of_fold(candidate, data, fit_on, np.array([y_of[int(i)] for i in fit_on]), seed=seed)
+    position = {int(i): row for row, i in enumerate(fit_on)}
+    y_held = np.array([y_of[int(i)] for i in held_out])
+    everything = (np.array([], dtype=int), np.arange(len(held_out)))
+    return pooled([everything], [held_out_figures(P[[position[int(i)] for i in held_out]], y_held)])
 
 
 def _cross_validated(
@@ -100,10 +145,7 @@ def _cross_validated(
     held-out ones: those folds are `out_of_fold`'s, so the chosen candidate's are not fitted twice."""
     y_held = np.array([y_of[int(i)] for i in held_out])
     if not np.array_equal(held_out, fit_on) and np.isin(held_out, fit_on).all():
-        P = out_of_fold(candidate, data, fit_on, np.array([y_of[int(i)] for i in fit_on]), seed=seed)
-        position = {int(i): row for row, i in enumerate(fit_on)}
-        everything = (np.array([], dtype=int), np.arange(len(held_out)))
-        return pooled([everything], [held_out_figures(P[[position[int(i)] for i in held_out]], y_held)])
+        return _out_of_fold_figures(data, candidate, held_out, fit_on, y_of, seed)
     if np.array_equal(held_out, fit_on):
         return cross_validated(
             data.L[held_out],
@@ -174,9 +216,11 @@ def choose(results: list[dict]) -> tuple[dict, dict]:
     favours those that fit more. Every candidate is measured on the same held-out items, so the
     standard error is that of the item-by-item difference from the lowest (the spread of a single
     candidate's losses over items is mostly the items' difficulty, shared by every candidate, and
-    would let far worse candidates through). Returns it and how it was chosen."""
-    best = min(results, key=lambda r: r["cv_nll"])
-    eligible = [r for r in results if r["cv_nll"] - best["cv_nll"] <= _difference_se(r, best)]
+    would let far worse candidates through). Candidates `select` left behind are out of the running.
+    Returns it and how it was chosen."""
+    running = [r for r in results if not r.get("behind")]
+    best = min(running, key=lambda r: r["cv_nll"])
+    eligible = [r for r in running if r["cv_nll"] - best["cv_nll"] <= _difference_se(r, best)]
     chosen = min(eligible, key=lambda r: (tuple(r["complexity"]), r["cv_nll"]))
     return chosen, {
         "rule": "the simplest candidate within one standard error (of the item-by-item difference) "
@@ -184,6 +228,8 @@ def choose(results: list[dict]) -> tuple[dict, dict]:
         "lowest": {"label": best["label"], "cv_nll": best["cv_nll"], "cv_nll_se": best["cv_nll_se"]},
         "within_one_se": len(eligible),
         "compared": len(results),
+        "behind": len(results) - len(running),  # read answers, left behind on the items with them
+        "behind_by": BEHIND_BY,
         "items": sorted({r["cv_items"] for r in results}),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,6 +140,7 @@ def choose_demonstrations(
 
 
 BATCH_ITEMS = 16  # items handed to the backend at once (the local engine shares its calls among them)
+RACE_START = 32  # answered items before a subsample's answers may stop (`score_variants`' `settled`)
 
 
 def score_variants(
@@ -152,6 +154,8 @@ def score_variants(
     pool: np.ndarray | None = None,
     split_parts: tuple[np.ndarray, ...] | None = None,
     report: dict | None = None,
+    defer_answers: np.ndarray | None = None,
+    settled: Callable[[dict[Variant, VariantScores]], bool] | None = None,
 ) -> dict[Variant, VariantScores]:
     """Every variant's scores for the used items (rows of the unused items stay zero), variant by
     variant, many items per backend call (the local engine evaluates them in shared calls, each as
@@ -159,7 +163,10 @@ def score_variants(
     k-shot demonstrations come from `pool` (the labelled part); an item that is itself a
     demonstration is scored with the others only. Resumable: every item's scores are cached. Within
     `config.row_budget` (`plan_scoring`): variants it cannot afford are left out, answers may be scored
-    on a subsample (`VariantScores.answered`) and hidden states alone on every item."""
+    on a subsample (`VariantScores.answered`) and hidden states alone on every item. A subsample's
+    answers come last, in rounds of `BATCH_ITEMS` in a seeded order, and stop once `settled` says so
+    (asked from `RACE_START` answered items on); the items in `defer_answers` (the test part) get
+    none: a later call without it scores them, the rest from the cache."""
     want_hidden = config.head and backend.supports_hidden
     variants = [
         v
@@ -251,12 +258,10 @@ def score_variants(
         elif lengths[variant] is not None:
             lengths[variant][i] = scores.n_tokens
 
-    def run(variant: Variant, indices: np.ndarray, *, answers: bool, progress, label: str) -> None:
-        bar = progress.add_task(f"{label} ({variant.label})", total=len(indices))
+    def run(variant: Variant, indices: np.ndarray, *, answers: bool, with_hidden: bool, progress, bar) -> None:
         # Items not in the cache, grouped by the demonstrations shown before them (an item that is
         # itself a demonstration is shown the others), scored BATCH_ITEMS at a time.
         pending: dict[tuple[Demonstration, ...], list[tuple[int, str]]] = {}
-        with_hidden = hidden_variant[variant] or not answers
         for i in indices:
             if variant.prompt_format in QUESTION_FIRST_FORMATS and i in shown[variant]:
                 progress.advance(bar)
@@ -289,6 +294,62 @@ def score_variants(
                 cache.commit()
                 progress.advance(bar, len(chunk))
 
+    content_free = {
+        variant: backend.content_free(
+            questions[variant],
+            rotations=variant.rotations,
+            demonstrations=demonstrations[variant],
+            prompt_format=variant.prompt_format,
+        )
+        if config.prior_correction
+        else None
+        for variant in plan.answered
+    }
+    texts = [item.text for item in items]  # strings: the model sees them verbatim (prompt.render_state)
+
+    def collect(answered: dict[Variant, np.ndarray]) -> dict[Variant, VariantScores]:
+        scored: dict[Variant, VariantScores] = {}
+        for variant in (v for v in variants if v in answered):
+            key = (variant.mode, variant.shots, variant.prompt_format)
+            variant_hidden = hidden.get(key)
+            complete = len(answered[variant]) == len(used)
+            mask = np.zeros(len(items), dtype=bool)
+            mask[answered[variant]] = True
+            scored[variant] = VariantScores(
+                L[variant],
+                lengths[variant],
+                variant_hidden,
+                content_free[variant],
+                demonstrations[variant],
+                texts if variant_hidden is not None and config.lexical else None,
+                tuple(shown[variant]),
+                None if complete else mask,
+                None if complete else hidden_mask.get(key),
+                served_rows=costs.get(variant),
+                hidden_layer=layer,
+            )
+        for variant in head_only:
+            key = (variant.mode, variant.shots, variant.prompt_format)
+            scored[variant] = VariantScores(
+                L[variant],
+                None,
+                hidden.get(key),
+                None,
+                (),
+                texts if config.lexical else None,
+                hidden_only=True,
+                served_rows=costs.get(variant),
+                hidden_layer=layer,
+            )
+        return scored
+
+    subsampled = plan.hidden_variants
+    answered = {v: idx for v, idx in plan.answered.items() if v not in subsampled}
+    rng = np.random.default_rng(config.seed)
+    waiting = {  # a subsample's answers, in a seeded order (data files are often sorted by label)
+        v: list(rng.permutation(np.setdiff1d(plan.answered[v], () if defer_answers is None else defer_answers)))
+        for v in subsampled
+    }
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -296,61 +357,45 @@ def score_variants(
         TimeRemainingColumn(),
         disable=not config.show_progress,
     ) as progress:
-        for variant, indices in plan.answered.items():
-            run(variant, indices, answers=True, progress=progress, label="scoring")
-        for variant in plan.hidden_variants:
+
+        def new_bar(label: str, variant: Variant, total: int):
+            return progress.add_task(f"{label} ({variant.label})", total=total)
+
+        for variant, indices in answered.items():
             run(
                 variant,
-                np.setdiff1d(used, plan.answered[variant]),
-                answers=False,
+                indices,
+                answers=True,
+                with_hidden=hidden_variant[variant],
                 progress=progress,
-                label="hidden states",
+                bar=new_bar("scoring", variant, len(indices)),
             )
-        for variant in head_only:
-            run(variant, used, answers=False, progress=progress, label="hidden states")
+        for variant in (*subsampled, *head_only):
+            run(
+                variant,
+                used,
+                answers=False,
+                with_hidden=True,
+                progress=progress,
+                bar=new_bar("hidden states", variant, len(used)),
+            )
+        bars = {v: new_bar("answers on a subsample", v, len(waiting[v])) for v in subsampled}
+        answered.update({v: np.array([], dtype=int) for v in subsampled})
+        while any(waiting.values()):
+            if (
+                settled is not None
+                and all(len(answered[v]) >= RACE_START for v in subsampled)
+                and settled(collect(answered))
+            ):
+                for v in subsampled:
+                    progress.update(bars[v], total=len(answered[v]))
+                break
+            for v in subsampled:
+                chunk, waiting[v] = np.array(waiting[v][:BATCH_ITEMS], dtype=int), waiting[v][BATCH_ITEMS:]
+                run(v, np.sort(chunk), answers=True, with_hidden=False, progress=progress, bar=bars[v])
+                answered[v] = np.sort(np.concatenate([answered[v], chunk]))
     cache.commit()
-    scored: dict[Variant, VariantScores] = {}
-    texts = [item.text for item in items]  # strings: the model sees them verbatim (prompt.render_state)
-    for variant in (v for v in variants if v in plan.answered):
-        content_free = (
-            backend.content_free(
-                questions[variant],
-                rotations=variant.rotations,
-                demonstrations=demonstrations[variant],
-                prompt_format=variant.prompt_format,
-            )
-            if config.prior_correction
-            else None
-        )
-        key = (variant.mode, variant.shots, variant.prompt_format)
-        variant_hidden = hidden.get(key)
-        complete = len(plan.answered[variant]) == len(used)
-        answered = np.zeros(len(items), dtype=bool)
-        answered[plan.answered[variant]] = True
-        scored[variant] = VariantScores(
-            L[variant],
-            lengths[variant],
-            variant_hidden,
-            content_free,
-            demonstrations[variant],
-            texts if variant_hidden is not None and config.lexical else None,
-            tuple(shown[variant]),
-            None if complete else answered,
-            None if complete else hidden_mask.get(key),
-            served_rows=costs.get(variant),
-            hidden_layer=layer,
-        )
-    for variant in head_only:
-        key = (variant.mode, variant.shots, variant.prompt_format)
-        scored[variant] = VariantScores(
-            L[variant],
-            None,
-            hidden.get(key),
-            None,
-            (),
-            texts if config.lexical else None,
-            hidden_only=True,
-            served_rows=costs.get(variant),
-            hidden_layer=layer,
-        )
-    return scored
+    if report is not None:
+        report["answers_scored"] = {v.label: int(len(idx)) for v, idx in answered.items()}
+        report["answers_planned"] = {v.label: int(len(idx)) for v, idx in plan.answered.items()}
+    return collect(answered)

@@ -1,0 +1,107 @@
+"""Answers scored on a subsample (a many-option task over its row budget): they stop once every
+candidate reading them is behind, and the test part's wait for a chosen candidate that reads them.
+The backend is a fake whose answers and hidden states are as informative as each test needs (the
+run's logic is under test here; tests/test_calibration_e2e.py runs the same path on the real model)."""
+
+import numpy as np
+
+from llamadecide.calibration.backends import ItemScores
+from llamadecide.calibration.config import RunConfig
+from llamadecide.calibration.data import LabelledItem, Task
+from llamadecide.calibration.run import calibrate, split
+from llamadecide.calibration.variants import RACE_START
+
+OPTIONS = ["north", "south", "east", "west"]
+DIMS, SIGNAL = 32, 1.5  # a hidden state: the label in 4 of 32 noisy dimensions (learnt from many items, not 32)
+
+
+class SubsampleBackend:
+    """Hidden states that carry the label; answers that carry it (`informative`) or are noise. Costs
+    make answers dear, so a tight row budget scores them on a subsample."""
+
+    description = "subsample fake"
+    supports_hidden = True
+    supports_demonstrations = True
+
+    def __init__(self, labels: dict[str, int], *, informative: bool) -> None:
+        self.labels = labels
+        self.informative = informative
+        self.answered: list[str] = []  # every text whose answers were scored
+
+    def identity(self) -> str:
+        return f"subsample-fake-{self.informative}"
+
+    def head_layer(self, depth):
+        return None
+
+    def cost(self, text, question, **options) -> tuple[float, float]:
+        return 400.0, 30.0
+
+    def _scores(self, text: str, answers: bool, hidden: bool) -> ItemScores:
+        rng = np.random.default_rng(int(text.split()[-1]))
+        y = self.labels[text]
+        state = np.eye(DIMS)[y] * SIGNAL + rng.normal(size=DIMS) if hidden else None
+        if not answers:
+            return ItemScores([], None, state)
+        logits = rng.normal(size=len(OPTIONS)) + (4.0 * np.eye(len(OPTIONS))[y] if self.informative else 0.0)
+        self.answered.append(text)
+        return ItemScores(list(logits - np.logaddexp.reduce(logits)), [1] * len(OPTIONS), state)
+
+    def score_many(self, texts, question, *, answers=True, hidden=False, **options):
+        return [self._scores(t, answers, hidden) for t in texts]
+
+    def score(self, text, question, *, hidden=False, **options):
+        return self._scores(text, True, hidden)
+
+    def content_free(self, question, **options):
+        return np.full((3, len(OPTIONS)), -np.log(len(OPTIONS))), None
+
+
+def _run(tmp_path, informative: bool) -> tuple[SubsampleBackend, dict, list[LabelledItem], RunConfig]:
+    task = Task("compass", "choice", "Which way?", OPTIONS, [None] * 4, {o: o for o in OPTIONS})
+    items = [LabelledItem(id=str(i), text=f"item {i}", label=OPTIONS[i % 4]) for i in range(300)]
+    backend = SubsampleBackend({it.text: OPTIONS.index(it.label) for it in items}, informative=informative)
+    config = RunConfig(
+        out_dir=tmp_path,
+        calibration_size=200,
+        test_size=100,
+        show_progress=False,
+        prompt_formats=("llamadecide-3",),
+        shots_per_class=(),
+        lexical=False,
+        row_budget=50_000,
+        min_answered=150,
+    )
+    return backend, calibrate(backend, task, items, config), items, config
+
+
+def test_answers_stop_once_every_candidate_reading_them_is_behind_and_the_test_part_gets_none(tmp_path):
+    backend, summary, items, config = _run(tmp_path, informative=False)
+    cal_idx, test_idx = split(len(items), config.calibration_size, config.test_size, config.seed)
+    answered = {int(t.split()[-1]) for t in backend.answered}
+    assert len(answered) == len(backend.answered) == RACE_START  # one round, then behind
+    assert answered <= set(cal_idx.tolist())  # the test part waited, and its turn never came
+    plan = summary["scoring"]
+    assert list(plan["answers_scored"].values()) == [RACE_START]
+    assert list(plan["answers_planned"].values()) == [150]  # 100 calibration items, 50 test
+    behind = [c for c in summary["candidates"] if c.get("behind")]
+    assert behind and all(not (c["kind"] == "head" and c["features"] == "hidden-1") for c in behind)
+    assert summary["selection"]["behind"] == len(behind)
+    # The others are compared on every calibration item, not just the answered ones.
+    heads = [c for c in summary["candidates"] if c["features"] == "hidden-1" and c["kind"] == "head"]
+    assert heads and all(c["cv_items"] == 200 for c in heads)
+    assert summary["chosen"]["features"] == "hidden-1" and summary["test"]["calibrated"]["n"] == 100
+    # Raw answers are measured where they exist: on the answered calibration items.
+    assert summary["test"]["raw"]["part"] == "calibration" and summary["test"]["raw"]["n"] == RACE_START
+
+
+def test_answers_that_hold_their_own_are_scored_on_the_whole_subsample_and_then_on_the_test_part(tmp_path):
+    backend, summary, items, config = _run(tmp_path, informative=True)
+    cal_idx, test_idx = split(len(items), config.calibration_size, config.test_size, config.seed)
+    answered = {int(t.split()[-1]) for t in backend.answered}
+    assert len(answered) == len(backend.answered) == 150  # each once: no round scored twice
+    assert not any(c.get("behind") for c in summary["candidates"])
+    assert summary["chosen"]["features"] != "hidden-1" or summary["chosen"]["kind"] != "head"
+    on_test = answered & set(test_idx.tolist())
+    assert len(on_test) == 50 and summary["test"]["calibrated"]["n"] == 50  # scored once chosen
+    assert summary["test"]["raw"]["part"] == "test"
