@@ -39,10 +39,15 @@ class Record:
     valid: bool | None = None
 
 
-def decision_body(task: Task, item: LabelledItem, *, profile: str | None = None, predicate: str | None = None) -> dict:
-    """A decision request for an item: the task's question (under a served calibration profile, when
-    named), or a yes/no predicate."""
-    question = {"type": "predicate", "instructions": predicate} if predicate else wire_question(task.question())
+def wired_question(task: Task, predicate: str | None = None) -> dict:
+    """The question every decision request of a level asks, as the wire carries it: the task's, or a
+    yes/no predicate. Built once, as a client would (a 77-option question takes milliseconds to build,
+    on the cores the server runs on)."""
+    return {"type": "predicate", "instructions": predicate} if predicate else wire_question(task.question())
+
+
+def decision_body(question: dict, item: LabelledItem, *, profile: str | None = None) -> dict:
+    """A decision request for an item (under a served calibration profile, when named)."""
     body = {"model": "default", "input": item.text, "questions": [question]}
     if profile:
         body["llamadecide"] = {"profile": profile}
@@ -87,7 +92,8 @@ async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | Non
             latency = time.perf_counter() - began
             if response.status_code != 200:
                 return Record(kind, response.status_code, latency, error=response.text[:200])
-            answer = response.json()["answers"][0]
+            decided = response.json()
+            answer = decided["answers"][0]
             probs = (
                 [p["probability"] for p in answer["probabilities"]]
                 if "probabilities" in answer
@@ -97,7 +103,7 @@ async def _one(client: httpx.AsyncClient, kind: str, body: dict, gold: int | Non
                 kind,
                 200,
                 latency,
-                tokens=response.json()["usage"]["input_tokens"],
+                tokens=decided["usage"]["input_tokens"],
                 correct=(int(np.argmax(probs)) == gold) if gold is not None else None,
                 valid=True,
             )
@@ -176,10 +182,11 @@ async def run_level(
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
+        question = wired_question(task, predicate)
 
         def make(task: Task, item: LabelledItem) -> dict:
             if kind == "decision":
-                return decision_body(task, item, profile=profile, predicate=predicate)
+                return decision_body(question, item, profile=profile)
             return chat_body(task, item)
 
         for i in range(warmup):
