@@ -8,6 +8,7 @@ import numpy as np
 from llamadecide.calibration.backends import ItemScores
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
+from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.calibration.run import calibrate, split
 from llamadecide.calibration.variants import RACE_START
 
@@ -27,6 +28,7 @@ class SubsampleBackend:
         self.labels = labels
         self.informative = informative
         self.answered: list[str] = []  # every text whose answers were scored
+        self.dear_without_demonstrations = False
 
     def identity(self) -> str:
         return f"subsample-fake-{self.informative}"
@@ -34,7 +36,9 @@ class SubsampleBackend:
     def head_layer(self, depth):
         return None
 
-    def cost(self, text, question, **options) -> tuple[float, float]:
+    def cost(self, text, question, *, demonstrations=(), **options) -> tuple[float, float]:
+        if self.dear_without_demonstrations and not demonstrations:
+            return 4000.0, 3000.0  # left out by the budget
         return 400.0, 30.0
 
     def _scores(self, text: str, answers: bool, hidden: bool) -> ItemScores:
@@ -57,17 +61,20 @@ class SubsampleBackend:
         return np.full((3, len(OPTIONS)), -np.log(len(OPTIONS))), None
 
 
-def _run(tmp_path, informative: bool) -> tuple[SubsampleBackend, dict, list[LabelledItem], RunConfig]:
+def _run(
+    tmp_path, informative: bool, prompt_formats: tuple[str, ...] = ("llamadecide-3",), shots: tuple[int, ...] = ()
+) -> tuple[SubsampleBackend, dict, list[LabelledItem], RunConfig]:
     task = Task("compass", "choice", "Which way?", OPTIONS, [None] * 4, {o: o for o in OPTIONS})
     items = [LabelledItem(id=str(i), text=f"item {i}", label=OPTIONS[i % 4]) for i in range(300)]
     backend = SubsampleBackend({it.text: OPTIONS.index(it.label) for it in items}, informative=informative)
+    backend.dear_without_demonstrations = bool(shots)
     config = RunConfig(
         out_dir=tmp_path,
         calibration_size=200,
         test_size=100,
         show_progress=False,
-        prompt_formats=("llamadecide-3",),
-        shots_per_class=(),
+        prompt_formats=prompt_formats,
+        shots_per_class=shots,
         lexical=False,
         row_budget=50_000,
         min_answered=150,
@@ -93,6 +100,7 @@ def test_answers_stop_once_every_candidate_reading_them_is_behind_and_the_test_p
     assert summary["chosen"]["features"] == "hidden-1" and summary["test"]["calibrated"]["n"] == 100
     # Raw answers are measured where they exist: on the answered calibration items.
     assert summary["test"]["raw"]["part"] == "calibration" and summary["test"]["raw"]["n"] == RACE_START
+    assert CalibrationProfile.load(tmp_path / "profile.json").metrics["test_raw"]["part"] == "calibration"
 
 
 def test_answers_that_hold_their_own_are_scored_on_the_whole_subsample_and_then_on_the_test_part(tmp_path):
@@ -105,3 +113,14 @@ def test_answers_that_hold_their_own_are_scored_on_the_whole_subsample_and_then_
     on_test = answered & set(test_idx.tolist())
     assert len(on_test) == 50 and summary["test"]["calibrated"]["n"] == 50  # scored once chosen
     assert summary["test"]["raw"]["part"] == "test"
+
+
+def test_the_test_parts_answers_come_from_the_same_plan_when_demonstrations_leave_the_calibration_part(tmp_path):
+    """A question-first k-shot variant shows calibration items in its prompt (they leave the part
+    that is fitted on); the later call that scores the test part's answers plans as the first did."""
+    backend, summary, items, config = _run(tmp_path, True, prompt_formats=("llamadecide-3",), shots=(1,))
+    assert summary["split"]["shown_as_demonstrations"] > 0
+    answered = [int(t.split()[-1]) for t in backend.answered]
+    assert len(answered) == len(set(answered))  # each once: the second call answered only the test part
+    cal_idx, test_idx = split(len(items), config.calibration_size, config.test_size, config.seed)
+    assert summary["test"]["calibrated"]["n"] == len(set(answered) & set(test_idx.tolist())) > 0

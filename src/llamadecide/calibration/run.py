@@ -64,6 +64,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     used = np.concatenate([cal_idx, test_idx])
     began = time.perf_counter()
     scoring_plan: dict = {}
+    parts = (cal_idx, test_idx)  # as split: both scoring calls plan (and choose demonstrations) alike
 
     def scores(**deferral) -> dict[Variant, VariantScores]:
         cache = ScoreCache(out / "cache.sqlite")
@@ -75,8 +76,8 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
                 used,
                 config,
                 cache,
-                pool=cal_idx,
-                split_parts=(cal_idx, test_idx),
+                pool=parts[0],
+                split_parts=parts,
                 report=scoring_plan,
                 **deferral,
             )
@@ -84,7 +85,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
             cache.close()
 
     def settled(scored: dict[Variant, VariantScores]) -> bool:
-        held = np.setdiff1d(cal_idx, demonstration_items(scored))
+        held = np.setdiff1d(parts[0], demonstration_items(scored))
         return any(r.get("behind") for r in select(scored, held, y_all[held], seed=config.seed)[0])
 
     # Answers on a subsample stop once every candidate reading them is behind; the test part's wait
@@ -268,4 +269,4 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
 
 
 def _headline(m: dict) -> dict:
-    return {k: m[k] for k in ("accuracy", "nll", "brier", "ece_width", "ece_mass", "aurc")}
+    return {k: m[k] for k in ("accuracy", "nll", "brier", "ece_width", "ece_mass", "aurc", "part") if k in m}
