@@ -101,6 +101,7 @@ def test_answers_stop_once_every_candidate_reading_them_is_behind_and_the_test_p
     # Raw answers are measured where they exist: on the answered calibration items.
     assert summary["test"]["raw"]["part"] == "calibration" and summary["test"]["raw"]["n"] == RACE_START
     assert CalibrationProfile.load(tmp_path / "profile.json").metrics["test_raw"]["part"] == "calibration"
+    assert 0 < summary["cost"]["comparing_while_scoring_s"] < summary["cost"]["scoring_s"]
 
 
 def test_answers_that_hold_their_own_are_scored_on_the_whole_subsample_and_then_on_the_test_part(tmp_path):

@@ -85,8 +85,13 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     if cost:
         console.print(
             f"cost: {cost['items']} items x {cost['variants']} variants scored in {cost['scoring_s']:.0f} s "
-            f"({cost['scoring_s_per_item']:.2f} s per item), {cost['total_s']:.0f} s in all "
-            f"({cost['total_s_per_item']:.2f} s per item)"
+            f"({cost['scoring_s_per_item']:.2f} s per item"
+            + (
+                f"; {cost['comparing_while_scoring_s']:.0f} s of it comparing candidates between rounds of answers"
+                if cost.get("comparing_while_scoring_s")
+                else ""
+            )
+            + f"), {cost['total_s']:.0f} s in all ({cost['total_s_per_item']:.2f} s per item)"
         )
     th = summary["threshold"]
     if th["calibration"]:

@@ -84,9 +84,15 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         finally:
             cache.close()
 
+    comparing_s = 0.0  # of the scoring time, spent comparing candidates between rounds of answers
+
     def settled(scored: dict[Variant, VariantScores]) -> bool:
+        nonlocal comparing_s
+        started = time.perf_counter()
         held = np.setdiff1d(parts[0], demonstration_items(scored))
-        return any(r.get("behind") for r in select(scored, held, y_all[held], seed=config.seed)[0])
+        behind = any(r.get("behind") for r in select(scored, held, y_all[held], seed=config.seed)[0])
+        comparing_s += time.perf_counter() - started
+        return behind
 
     # Answers on a subsample stop once every candidate reading them is behind; the test part's wait
     # until the chosen candidate turns out to read them.
@@ -215,6 +221,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
         "items": int(len(used)),
         "variants": len(scored),
         "scoring_s": scoring_s,
+        "comparing_while_scoring_s": comparing_s,  # part of scoring_s (the fits it makes, selection reuses)
         "total_s": total_s,
         "scoring_s_per_item": scoring_s / max(len(used), 1),
         "total_s_per_item": total_s / max(len(used), 1),
