@@ -12,7 +12,8 @@ from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams
 from llamadecide.calibration.run import calibrate
-from llamadecide.calibration.variants import choose_demonstrations, score_variants
+from llamadecide.calibration.variant_scoring import score_variants
+from llamadecide.calibration.variants import choose_demonstrations
 from llamadecide.decisions import Decider, Scoring, choice, predicate
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import build_messages

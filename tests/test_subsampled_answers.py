@@ -10,7 +10,7 @@ from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.calibration.run import calibrate, split
-from llamadecide.calibration.variants import RACE_START
+from llamadecide.calibration.variant_scoring import RACE_START
 
 OPTIONS = ["north", "south", "east", "west"]
 DIMS, SIGNAL = 32, 1.5  # a hidden state: the label in 4 of 32 noisy dimensions (learnt from many items, not 32)
@@ -113,6 +113,8 @@ def test_answers_that_hold_their_own_are_scored_on_the_whole_subsample_and_then_
     assert summary["chosen"]["features"] != "hidden-1" or summary["chosen"]["kind"] != "head"
     on_test = answered & set(test_idx.tolist())
     assert len(on_test) == 50 and summary["test"]["calibrated"]["n"] == 50  # scored once chosen
+    order = [int(t.split()[-1]) for t in backend.answered]
+    assert set(order[-50:]) == on_test  # the calibration part's first, the test part's after the choice
     assert summary["test"]["raw"]["part"] == "test"
 
 

@@ -39,7 +39,7 @@ class Record:
     valid: bool | None = None
 
 
-def wired_question(task: Task, predicate: str | None = None) -> dict:
+def level_question(task: Task, predicate: str | None = None) -> dict:
     """The question every decision request of a level asks, as the wire carries it: the task's, or a
     yes/no predicate. Built once, as a client would (a 77-option question takes milliseconds to build,
     on the cores the server runs on)."""
@@ -182,7 +182,7 @@ async def run_level(
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120, limits=limits) as client:
-        question = wired_question(task, predicate)
+        question = level_question(task, predicate)
 
         def make(task: Task, item: LabelledItem) -> dict:
             if kind == "decision":

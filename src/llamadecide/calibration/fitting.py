@@ -241,6 +241,11 @@ class Candidate:
     features: str = LOGLIK_HIDDEN  # heads only: `hidden-1` reads the hidden state alone (no answer scored)
 
     @property
+    def reads_answers(self) -> bool:
+        """Whether it reads its variant's answer scores: all but a head on the hidden state alone."""
+        return not (self.kind == "head" and self.features == HIDDEN_ONLY)
+
+    @property
     def label(self) -> str:
         if self.kind == "head":
             reads = "hidden state" if self.features == HIDDEN_ONLY else ""

@@ -52,7 +52,6 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         title=f"{summary['task']['name']}: test part ({cal['n']} items), calibrated with {summary['chosen']['label']}"
     )
     table.add_column("metric")
-    # Over the row budget, raw answers exist only on the items whose answers were scored.
     table.add_column(_raw_heading(raw, cal), justify="right")
     table.add_column("calibrated", justify="right")
     for label, key, fmt in ROWS:

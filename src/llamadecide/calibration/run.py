@@ -26,7 +26,6 @@ from llamadecide.calibration.selection import (
     fit_variant,
     out_of_fold,
     public,
-    reads_answers,
     select,
     usable,
 )
@@ -37,7 +36,8 @@ from llamadecide.calibration.thresholds import (
     reachable,
     select_threshold,
 )
-from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items, score_variants
+from llamadecide.calibration.variant_scoring import score_variants
+from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.decisions.maths import confidence
 from llamadecide.errors import InvalidRequestError
 
@@ -105,7 +105,7 @@ def calibrate(backend: Backend, task: Task, items: list[LabelledItem], config: R
     results, fitted = select(scored, cal_idx, y_all[cal_idx], seed=config.seed)
     best, selection = choose(results)
     variant, candidate = fitted[best["label"]]
-    if scored[variant].answered is not None and reads_answers(best):
+    if scored[variant].answered is not None and candidate.reads_answers:
         began_test = time.perf_counter()
         scored = scores()
         scoring_s += time.perf_counter() - began_test

@@ -17,16 +17,15 @@ from llamadecide.calibration.fitting import (
     splitter,
 )
 from llamadecide.calibration.variants import Variant, VariantScores
-from llamadecide.decisions.maths import HIDDEN_ONLY
 
 
 def usable(data: VariantScores, candidate: Candidate, idx: np.ndarray) -> np.ndarray:
     """Of these items, those a candidate has what it reads for: its variant's answer scores, or, for a
     head on the hidden state alone, the hidden state (`VariantScores.answered`, `has_hidden`)."""
-    if candidate.kind == "head" and candidate.features == HIDDEN_ONLY:
-        mask = data.has_hidden if data.has_hidden is not None else data.answered
-    else:
+    if candidate.reads_answers:
         mask = data.answered
+    else:
+        mask = data.has_hidden if data.has_hidden is not None else data.answered
     return idx if mask is None else idx[mask[idx]]
 
 
@@ -53,7 +52,7 @@ def select(
             has_hidden=data.hidden is not None,
             has_texts=data.texts is not None,
         ):
-            if data.hidden_only and not (candidate.kind == "head" and candidate.features == HIDDEN_ONLY):
+            if data.hidden_only and candidate.reads_answers:
                 continue  # no answer was scored under this prompt format
             prior = content_free_prior_for(candidate, *(data.content_free or (None, None)))
             fit_on = usable(data, candidate, cal_idx)
@@ -70,6 +69,7 @@ def select(
                     "kind": candidate.kind,
                     "lexical": candidate.lexical,
                     "features": candidate.features,
+                    "reads_answers": candidate.reads_answers,
                     "length_normalize": candidate.length_normalize,
                     "prior_correction": candidate.prior_correction,
                     "label": label,
@@ -87,7 +87,7 @@ def select(
         # The candidates that read answers are out of the running on the items with answers; the rest
         # are compared on every calibration item they have what they read for.
         for r in results:
-            if reads_answers(r):
+            if r["reads_answers"]:
                 r["behind"] = True
             else:
                 variant, candidate = fitted[r["label"]]
@@ -101,17 +101,12 @@ def select(
 BEHIND_BY = 3.0  # standard errors of the item-by-item difference
 
 
-def reads_answers(result: dict) -> bool:
-    """Whether a candidate reads its variant's answer scores (all but a head on the hidden state alone)."""
-    return not (result["kind"] == "head" and result["features"] == HIDDEN_ONLY)
-
-
 def answers_behind(results: list[dict]) -> bool:
     """Whether every candidate that reads answers is behind the best candidate that reads none by more
     than `BEHIND_BY` standard errors of their item-by-item difference, on the items both were measured
     on: scoring more answers (the dearest rows of a many-option task) would not change the choice."""
-    free = [r for r in results if not reads_answers(r)]
-    readers = [r for r in results if reads_answers(r)]
+    free = [r for r in results if not r["reads_answers"]]
+    readers = [r for r in results if r["reads_answers"]]
     if not free or not readers:
         return False
     best = min(free, key=lambda r: r["cv_nll"])
@@ -186,7 +181,7 @@ def served_rows(data: VariantScores, candidate: Candidate) -> float | None:
     if data.served_rows is None:
         return None
     answers, hidden = data.served_rows
-    return float(hidden if candidate.kind == "head" and candidate.features == HIDDEN_ONLY else answers)
+    return float(answers if candidate.reads_answers else hidden)
 
 
 def complexity(variant: Variant, candidate: Candidate, cost: float | None = None) -> tuple:
@@ -205,7 +200,7 @@ def complexity(variant: Variant, candidate: Candidate, cost: float | None = None
         variant.rotations,
         int(candidate.prior_correction),
         int(candidate.length_normalize),
-        0 if candidate.features == HIDDEN_ONLY else 1,
+        int(candidate.reads_answers),
         candidate.C,
     )
 
