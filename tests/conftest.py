@@ -12,8 +12,15 @@ from pathlib import Path
 import pytest  # noqa: E402
 
 from llamadecide.engine import Engine, EngineConfig, bundled_model_path
+from llamadecide.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def engine_config(model_path: Path, **settings) -> EngineConfig:
+    """The engine configuration the settings make for a model file (`Settings.engine_config`, the one
+    place an EngineConfig is made), with these settings changed."""
+    return Settings(model=str(model_path), **settings).engine_config()
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +28,7 @@ def engine() -> Engine:
     """The real engine on the bundled SmolLM2-135M-Instruct GGUF, shared by the session (on the GPU
     with LLAMADECIDE_N_GPU_LAYERS, as scripts/gpu-check.sh runs it)."""
     layers = int(os.environ.get("LLAMADECIDE_N_GPU_LAYERS", "0"))
-    return Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=4096, seed=0, n_gpu_layers=layers))
+    return Engine(engine_config(bundled_model_path(), n_ctx=4096, seed=0, n_gpu_layers=layers))
 
 
 API_KEY = "test-key-0123456789"

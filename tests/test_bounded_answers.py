@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import engine_config
 from llamadecide.calibration.data import TASKS_DIR, load_task
 from llamadecide.decisions import Decider, Scoring, choice, maths
 from llamadecide.decisions.prompt import build_messages
 from llamadecide.decisions.rules import Head
-from llamadecide.engine import Engine, EngineConfig, bundled_model_path
+from llamadecide.engine import Engine, bundled_model_path
 from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY
 
 TEXT = "I lost my card yesterday and I think someone is using it, can you block it?"
@@ -19,7 +20,7 @@ TEXT = "I lost my card yesterday and I think someone is using it, can you block 
 @pytest.fixture(scope="module")
 def lazy_engine() -> Engine:
     """Lazy from 8 trie nodes up, so that a question of the size tests can afford takes that path."""
-    return Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=4096, call_cost_rows=8))
+    return Engine(engine_config(bundled_model_path(), n_ctx=4096, call_cost_rows=8))
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import engine_config
 from llamadecide.decisions import Decider, Demonstration, Head, Scoring, choice, maths, predicate, score
-from llamadecide.engine import Engine, EngineConfig, SamplingParams, bundled_model_path
+from llamadecide.engine import Engine, SamplingParams, bundled_model_path
 from llamadecide.engine.decoder import MIN_CALL_ROWS, plan_calls
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -97,7 +98,7 @@ def test_answers_do_not_depend_on_server_history():
     """A seeded random sequence of pins, long prompts, chats and decisions on a small context (so
     pins give way and prompts are trimmed): nothing raises, and every answer equals the same request
     made on a fresh engine."""
-    engine = Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=1536, pinned_prefixes=3, call_cost_rows=16))
+    engine = Engine(engine_config(bundled_model_path(), n_ctx=1536, pinned_prefixes=3, call_cost_rows=16))
     try:
         requests = _requests(engine)
         deciders = {0.0: Decider(engine), 0.2: Decider(engine, epsilon=0.2)}

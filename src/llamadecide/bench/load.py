@@ -218,9 +218,11 @@ async def run_level(
 def row_seconds(model_path: Path, texts: list[str], *, n_gpu_layers: int = 0, tokens: int = 512) -> float:
     """Seconds the engine takes per row in a large call (a `tokens`-row prompt from the workload's
     texts, from an empty cache; median of three): what a decision's rows cost at best, its floor."""
-    from llamadecide.engine import Engine, EngineConfig
+    from llamadecide.engine import Engine
+    from llamadecide.settings import Settings
 
-    engine = Engine(EngineConfig(model_path=model_path, n_gpu_layers=n_gpu_layers, n_ctx=max(4096, tokens + 64)))
+    settings = Settings(model=str(model_path), n_gpu_layers=n_gpu_layers, n_ctx=max(4096, tokens + 64))
+    engine = Engine(settings.engine_config())
     try:
         prompt: list[int] = []
         for text in texts * (tokens // 8 + 1):

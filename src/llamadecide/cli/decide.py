@@ -10,21 +10,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from llamadecide.cli.common import (
-    CtxOption,
-    GpuLayersOption,
-    ModelOption,
-    ThreadsOption,
-    fail,
-    settings_from,
-    wide_console,
-)
+from llamadecide.cli.common import fail, wide_console
+from llamadecide.cli.flags import SCORING_SETTINGS, settings_flags
 from llamadecide.decisions import Answer, Decider, Question, Scoring, choice, predicate, score
 from llamadecide.engine import Engine
 from llamadecide.errors import LlamaDecideError
+from llamadecide.settings import Settings
 
 
+@settings_flags(*SCORING_SETTINGS)
 def decide_command(
+    settings: Settings,
     text: Annotated[
         Optional[str], typer.Argument(help="The state to decide about (use - to read standard input)")
     ] = None,
@@ -85,10 +81,6 @@ def decide_command(
             "--id-column", help="With --data: the column or field holding each input's id (default: its line number)"
         ),
     ] = None,
-    model: ModelOption = None,
-    n_ctx: CtxOption = None,
-    threads: ThreadsOption = None,
-    n_gpu_layers: GpuLayersOption = None,
 ) -> None:
     """Print a probability for every declared option, or write one for every input of a file."""
     if data is not None:
@@ -96,6 +88,7 @@ def decide_command(
             data,
             out,
             question,
+            settings,
             options=option or [],
             kind=kind,
             mode=mode,
@@ -103,10 +96,6 @@ def decide_command(
             task=task,
             text_column=text_column,
             id_column=id_column,
-            model=model,
-            n_ctx=n_ctx,
-            threads=threads,
-            n_gpu_layers=n_gpu_layers,
         )
     if text is None or question is None:
         raise fail("give the text and --question (or --data FILE with --out, --profile or --task)")
@@ -114,7 +103,6 @@ def decide_command(
         text = typer.get_text_stream("stdin").read()
     try:
         q = _question(question, option or [], kind, mode)
-        settings = settings_from(model=model, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=n_gpu_layers)
         engine = Engine(settings.engine_config())
         decision = Decider(engine).decide(
             text,
@@ -146,6 +134,7 @@ def _decide_file(
     data: Path,
     out: Path | None,
     question: str | None,
+    settings: Settings,
     *,
     options: list[str],
     kind: str,
@@ -154,7 +143,6 @@ def _decide_file(
     task: str | None,
     text_column: str,
     id_column: str | None,
-    **engine_options,
 ) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -170,12 +158,6 @@ def _decide_file(
         raise fail("--data asks one question: give --question (with --option), --profile or --task")
     try:
         inputs = list(read_inputs(data, text_column=text_column, id_column=id_column))
-        settings = settings_from(
-            model=engine_options["model"],
-            n_ctx=engine_options["n_ctx"],
-            n_threads=engine_options["threads"],
-            n_gpu_layers=engine_options["n_gpu_layers"],
-        )
         engine = Engine(settings.engine_config())
         threshold = None
         if profile is not None:

@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from llamadecide.cli.calibrate import (
-    DEFAULTS,
-    CalibrationSizeOption,
-    ConfidenceOption,
-    LabelColumnOption,
-    LabelledFileArgument,
-    SeedOption,
-    TargetPrecisionOption,
-    TestSizeOption,
-    TextColumnOption,
-)
-from llamadecide.cli.common import CtxOption, ThreadsOption, fail, wide_console
+from llamadecide.calibration.config import RunConfig
+from llamadecide.cli.calibrate import LabelColumnOption, LabelledFileArgument, TaskOption, TextColumnOption
+from llamadecide.cli.common import fail, wide_console
+from llamadecide.cli.flags import SCORING_SETTINGS, config_flags, given_settings, settings_flags
+from llamadecide.settings import Settings
+
+# The model is the plan's own repeated --model; the other engine settings hold for every model.
+PLAN_ENGINE_SETTINGS = tuple(name for name in SCORING_SETTINGS if name != "model")
 
 
+@config_flags(RunConfig, "calibration_size", "test_size", "seed", "target_precision", "confidence_level", "row_budget")
+@settings_flags(*PLAN_ENGINE_SETTINGS)
 def plan_command(
     data: LabelledFileArgument,
-    task: Annotated[str, typer.Option("--task", help="Task file (YAML or JSON), or a packaged task name")],
+    task: TaskOption,
+    settings: Settings,
+    run: dict,
     text_column: TextColumnOption = "text",
     label_column: LabelColumnOption = "label",
     models: Annotated[
@@ -33,8 +32,6 @@ def plan_command(
             "--model", "-m", help="Bundled model name or GGUF path (repeat; default: every installed bundled model)"
         ),
     ] = [],
-    target_precision: TargetPrecisionOption = DEFAULTS.target_precision,
-    confidence_level: ConfidenceOption = DEFAULTS.confidence_level,
     min_auto_share: Annotated[
         Optional[float],
         typer.Option(
@@ -45,12 +42,6 @@ def plan_command(
             "model reaches, less 5 points)",
         ),
     ] = None,
-    calibration_size: CalibrationSizeOption = DEFAULTS.calibration_size,
-    test_size: TestSizeOption = DEFAULTS.test_size,
-    seed: SeedOption = DEFAULTS.seed,
-    row_budget: Annotated[
-        int, typer.Option("--row-budget", min=0, help="calibrate's row budget, per model (0: no limit)")
-    ] = DEFAULTS.row_budget or 0,
     requests: Annotated[int, typer.Option("--requests", min=1, help="Measured requests per concurrency level")] = 32,
     concurrency: Annotated[
         list[int], typer.Option("--concurrency", min=1, help="Concurrency levels served (repeat)")
@@ -69,8 +60,6 @@ def plan_command(
     out: Annotated[Path, typer.Option("--out", help="Output directory (plan.json, report.html, models/)")] = Path(
         "plan-out"
     ),
-    n_ctx: CtxOption = None,
-    threads: ThreadsOption = None,
 ) -> None:
     """Which model on which instance handles a task at a precision for the least money: calibrate and serve
     each model, price it per instance, recommend. Resumable: rerun the same command after an interruption."""
@@ -78,6 +67,7 @@ def plan_command(
 
     from llamadecide.bench.load import load_prices
     from llamadecide.calibration.data import file_fingerprint, load_task, read_labelled
+    from llamadecide.cli.calibrate import run_config
     from llamadecide.errors import LlamaDecideError
     from llamadecide.planning.report import pareto_plot, print_plan, write_html
     from llamadecide.planning.run import PlanConfig, check_models, installed_models, plan, read_gpu_results
@@ -92,21 +82,12 @@ def plan_command(
         config = PlanConfig(
             out_dir=out,
             models=chosen,
-            run=dataclasses.replace(
-                DEFAULTS,
-                calibration_size=calibration_size,
-                test_size=test_size,
-                seed=seed,
-                target_precision=target_precision,
-                confidence_level=confidence_level,
-                row_budget=row_budget or None,
-                dataset_fingerprint=file_fingerprint(data, text_column, label_column),
-                show_progress=False,
+            run=run_config(
+                out, run, dataset_fingerprint=file_fingerprint(data, text_column, label_column), show_progress=False
             ),
             concurrency=tuple(concurrency),
             requests=requests,
-            n_ctx=n_ctx,
-            n_threads=threads,
+            engine=settings.model_dump(include=given_settings(settings, PLAN_ENGINE_SETTINGS)),
             min_auto_share=min_auto_share,
         )
         with Progress(

@@ -47,8 +47,8 @@ class KVCache:
         *,
         n_ctx: int,
         n_seq_max: int,
-        pin_slots: int,
-        pin_cell_cap: int,
+        pinned_prefixes: int,
+        pinned_cells: int,
         deterministic: bool,
         call_rows: int,
     ) -> None:
@@ -58,10 +58,10 @@ class KVCache:
         self.deterministic = deterministic
         self.call_rows = call_rows  # the most rows one call holds (`decoder.max_call_rows`, or n_batch)
         self.scratch = n_seq_max - 1
-        slots = max(0, min(pin_slots, n_seq_max - 3))
+        slots = max(0, min(pinned_prefixes, n_seq_max - 3))
         self._pin_ids = list(range(n_seq_max - 2, n_seq_max - 2 - slots, -1))
         self.max_working = n_seq_max - 2 - slots  # sequences 1..max_working
-        self._pin_cap = pin_cell_cap if pin_cell_cap > 0 else n_ctx
+        self._pinned_cells_cap = pinned_cells if pinned_cells > 0 else n_ctx  # the setting: 0 is no cap
         self.prompt: list[int] = []  # tokens sequence 0 holds
         self._exact = 0  # how many of them were evaluated in deterministic calls (reusable for scoring)
         # How many of them hold every block; the cells past those were evaluated in calls stopped
@@ -81,12 +81,13 @@ class KVCache:
         return list(self._pins)
 
     @property
-    def pinned_cells(self) -> int:
+    def pinned_cells_used(self) -> int:
+        """The cells the pinned prefixes hold now (the cap is the setting `pinned_cells`)."""
         return sum(len(key) for key in self._pins)
 
     @property
     def used(self) -> int:
-        return self.pinned_cells + len(self.prompt) - self._shared
+        return self.pinned_cells_used + len(self.prompt) - self._shared
 
     @property
     def free(self) -> int:
@@ -203,7 +204,7 @@ class KVCache:
         while True:
             source, reuse = self.source(tokens, layer)
             kept = max(0, reuse - self._shared) if source is None else 0
-            if len(tokens) - reuse + extra + MIN_CALL_ROWS <= self.n_ctx - self.pinned_cells - kept:
+            if len(tokens) - reuse + extra + MIN_CALL_ROWS <= self.n_ctx - self.pinned_cells_used - kept:
                 return
             victims = [key for key in self._pins if key != source] or ([source] if source is not None else [])
             if not victims:
@@ -311,9 +312,11 @@ class KVCache:
         if key in self._pins:
             self._pins.move_to_end(key)
             return True
-        if not self._pin_ids or not key or len(key) + MIN_CALL_ROWS > self.n_ctx or len(key) > self._pin_cap:
+        if not self._pin_ids or not key or len(key) + MIN_CALL_ROWS > self.n_ctx or len(key) > self._pinned_cells_cap:
             return False
-        while self._pins and (len(self._pins) == len(self._pin_ids) or self.pinned_cells + len(key) > self._pin_cap):
+        while self._pins and (
+            len(self._pins) == len(self._pin_ids) or self.pinned_cells_used + len(key) > self._pinned_cells_cap
+        ):
             self._evict(next(iter(self._pins)))
         self.trim(self._shared)  # sequence 0's own cells lie above the pins: the new pin goes there
         while self._pins and self.free < len(key) + MIN_CALL_ROWS:

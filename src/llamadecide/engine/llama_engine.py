@@ -62,7 +62,7 @@ class Engine:
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0x7FFFFFFF if config.n_gpu_layers < 0 else config.n_gpu_layers
         # The library default (-1, "auto") crashes on decode with this build; be explicit.
-        model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if config.use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
+        model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE if config.no_mmap else llama_cpp.LLAMA_LOAD_MODE_MMAP
         model_params.use_extra_bufts = config.repack
         try:
             self._model = internals.LlamaModel(path_model=str(path), params=model_params, verbose=config.verbose)
@@ -110,8 +110,8 @@ class Engine:
             self._decoder,
             n_ctx=self.n_ctx,
             n_seq_max=self.n_seq_max,
-            pin_slots=config.pinned_prefixes,
-            pin_cell_cap=config.pinned_cells,
+            pinned_prefixes=config.pinned_prefixes,
+            pinned_cells=config.pinned_cells,
             deterministic=config.deterministic,
             call_rows=max_call_rows(ctx_params.n_ubatch) if config.deterministic else self.n_batch,
         )

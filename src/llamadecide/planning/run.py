@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llamadecide.bench.load import run_level, summarise
 from llamadecide.bench.server_process import ServerProcess
@@ -39,8 +40,8 @@ class PlanConfig:
     requests: int = 32  # measured requests per concurrency level
     warmup: int = 2
     workload_items: int = 64  # test items the served measurement cycles through
-    n_threads: int | None = None
-    n_ctx: int | None = None
+    # Engine settings the user gave (the flags of `plan`), for every model's calibration and server.
+    engine: dict[str, Any] = dataclasses.field(default_factory=dict)
     min_auto_share: float | None = None
 
 
@@ -175,8 +176,7 @@ def _one_model(
         path = resolve_model_path(model)
         if "calibration" not in state:
             on_step(key, "calibrating")
-            flags = {k: v for k, v in (("n_ctx", config.n_ctx), ("n_threads", config.n_threads)) if v}
-            engine = Engine(Settings(model=str(path), **flags).engine_config())
+            engine = Engine(Settings(**{**config.engine, "model": str(path)}).engine_config())
             try:
                 summary = calibrate(LocalBackend(engine), task, items, dataclasses.replace(config.run, out_dir=folder))
             finally:
@@ -215,10 +215,14 @@ def _fingerprint(model: str, config: PlanConfig) -> str:
         "concurrency": config.concurrency,
         "requests": config.requests,
         "workload_items": config.workload_items,
-        "n_threads": config.n_threads,
-        "n_ctx": config.n_ctx,
+        "engine": config.engine,
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _env_value(value: Any) -> str:
+    """A setting as its LLAMADECIDE_* variable spells it."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _calibration_figures(summary: dict) -> dict:
@@ -252,14 +256,15 @@ def _serve_and_measure(path: Path, folder: Path, task: Task, workload: list[Labe
     profile = json.loads((folder / "profile.json").read_text())["name"]
     golds = [task.gold_index(item.label) for item in workload]
     key = secrets.token_hex(16)
-    threads = ["--threads", str(config.n_threads)] if config.n_threads else []
-    ctx = ["--n-ctx", str(config.n_ctx)] if config.n_ctx else []
-    env = {"LLAMADECIDE_API_KEY": key, "LLAMADECIDE_QUEUE_SIZE": str(max(config.concurrency) + 4)}
+    env = {
+        **{f"LLAMADECIDE_{name.upper()}": _env_value(value) for name, value in config.engine.items()},
+        "LLAMADECIDE_API_KEY": key,
+        "LLAMADECIDE_QUEUE_SIZE": str(max(config.concurrency) + 4),
+    }
     levels = []
     with ServerProcess(
-        "--model", str(path), "--profiles-dir", str(folder), "--n-gpu-layers", "0", *threads, *ctx,
-        env=env, log_dir=folder,
-    ) as server:  # fmt: skip
+        "--model", str(path), "--profiles-dir", str(folder), "--n-gpu-layers", "0", env=env, log_dir=folder
+    ) as server:
         for concurrency in config.concurrency:
             records, wall, work = asyncio.run(
                 run_level(
