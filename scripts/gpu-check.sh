@@ -29,7 +29,7 @@ step models .venv/bin/python -m pip install --quiet -e ".[test,models]"
 step offload .venv/bin/python -c "import llama_cpp; assert llama_cpp.llama_supports_gpu_offload(), 'no GPU offload in this build'"
 step tests env LLAMADECIDE_N_GPU_LAYERS=-1 .venv/bin/python -m pytest -q tests/test_engine_model.py \
   tests/test_scoring_model.py tests/test_prompt_formats.py tests/test_demonstrations.py tests/test_determinism.py tests/test_batching.py
-step prompt_formats .venv/bin/python -m llamadecide.bench.prompt_formats --dataset agnews sst2 banking77 --items 40 --n-gpu-layers -1 \
+step prompt_formats .venv/bin/python -m benchmarks.prompt_formats --dataset agnews sst2 banking77 --items 40 --n-gpu-layers -1 \
   --json "$out/layouts-gpu.json"
 step bench .venv/bin/llamadecide bench --gpu on --model qwen2.5-coder-1.5b-instruct --out "$out/bench"
 # Shared decode calls: throughput by concurrency with requests evaluated one at a time and together.

@@ -8,7 +8,7 @@ Two switches in ggml's CPU flash attention, each read once per process; unset, g
   (scripts/llama_cpp_invariant_attention.cpp). It computes scores with the same tile GEMMs as ggml's
   own tiled kernel, but takes the softmax against the row's maximum over all its cells and accumulates
   V in cell order, so where tiles fall (which depends on cell indices and batch-mates) changes nothing.
-- GGML_CPU_FA_ROW_KERNEL=1 (the earlier way, kept for comparison in bench.attention): every batch on
+- GGML_CPU_FA_ROW_KERNEL=1 (the earlier way, kept for comparison in benchmarks.attention): every batch on
   ggml's row kernel, which visits a row's cells one at a time. As invariant, but it re-reads every K
   and V cell for each query row and head, and costs up to twice as much at long context.
 

@@ -8,6 +8,6 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v a
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
     || echo "warning: could not install chromium; the playground test will be skipped" >&2
 fi
-.venv/bin/ruff check src tests  # the rules in pyproject.toml; a finding fails the run
-.venv/bin/ruff format --check src tests
+.venv/bin/ruff check src tests benchmarks  # the rules in pyproject.toml; a finding fails the run
+.venv/bin/ruff format --check src tests benchmarks
 exec .venv/bin/python -m pytest "$@"

@@ -32,6 +32,7 @@ def engine() -> Engine:
 
 
 API_KEY = "test-key-0123456789"
+DATA = Path(__file__).resolve().parents[1] / "data"  # the labelled data sets the repository holds (data/README.md)
 
 
 @pytest.fixture(scope="session")

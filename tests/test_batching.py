@@ -5,29 +5,24 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from conftest import API_KEY
+from conftest import API_KEY, DATA
 from llamadecide.bulk import decide_file, done_lines, read_inputs
 from llamadecide.decisions import Decider, DecisionInput, Head, Scoring, choice, maths, predicate
 from llamadecide.engine import ScoringInput
 from llamadecide.errors import ContextOverflowError
 
 EXACT = 1e-6
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TEAMS = ["billing", "technical support", "sales", "account security"]
 
 
 def _texts(n: int) -> list[str]:
-    path = DATA / "agnews" / "test.tsv"
-    if path.exists():
-        lines = path.read_text(encoding="utf-8").splitlines()[1 : n + 1]
-        return [line.split("\t")[0] for line in lines]
-    return [f"Item {i}: " + "the market rose and the team won " * (i % 9 + 1) for i in range(n)]
+    lines = (DATA / "agnews" / "test.tsv").read_text(encoding="utf-8").splitlines()[1 : n + 1]
+    return [line.split("\t")[0] for line in lines]
 
 
 def test_the_engine_scores_many_inputs_in_shared_calls_each_as_alone(engine):

@@ -6,9 +6,10 @@ import json
 import pytest
 
 from conftest import API_KEY
-from llamadecide.bench.load import Record, cost_table, floor_figures, load_prices, parse_choice, run_level, summarise
+from llamadecide.bench.load import Record, floor_figures, parse_choice, run_level, summarise
 from llamadecide.calibration.data import TASKS_DIR, LabelledItem, load_task
 from llamadecide.errors import InvalidRequestError
+from llamadecide.prices import cost_table, load_prices
 
 
 def test_parse_choice_finds_the_named_option_or_none():

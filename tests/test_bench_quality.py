@@ -6,13 +6,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
-
-from llamadecide.bench import quality
-from llamadecide.bench.baselines import measure
-from llamadecide.bench.datasets import DATASETS
-
-pytestmark = pytest.mark.skipif(not DATASETS["sst2"].path.exists(), reason="shared data not beside the checkout")
+from benchmarks import quality
+from benchmarks.baselines import measure
 
 
 def test_quality_bench_on_a_slice(tmp_path, capsys):

@@ -1,13 +1,11 @@
 import json
-from pathlib import Path
 
 import pytest
 
+from conftest import DATA
 from llamadecide.calibration.compare import compare, read_records
 from llamadecide.calibration.data import TASKS_DIR, load_task, read_labelled
 from llamadecide.errors import InvalidRequestError
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def test_read_headerless_tsv_by_index(tmp_path):
@@ -30,8 +28,6 @@ def test_read_csv_and_jsonl_by_name(tmp_path):
 
 
 def test_example_tasks_map_every_data_label():
-    if not DATA.exists():
-        pytest.skip("shared data not beside the checkout")
     agnews = load_task(TASKS_DIR / "agnews.yaml")
     labels = {i.label for i in read_labelled(DATA / "agnews" / "test.tsv", text_column="0", label_column="1")}
     assert sorted(agnews.gold_index(label) for label in labels) == [0, 1, 2, 3]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import API_KEY
+from conftest import API_KEY, DATA
 from llamadecide.calibration.backends import HTTPBackend, LocalBackend, SageMakerBackend
 from llamadecide.calibration.config import RunConfig, head_layer
 from llamadecide.calibration.data import load_task, read_labelled
@@ -23,8 +23,7 @@ from llamadecide.cli.main import app
 from llamadecide.engine.model_files import BLOCK_DEPTH
 
 ROOT = Path(__file__).resolve().parents[1]
-AGNEWS = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv"
-pytestmark = pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
+AGNEWS = DATA / "agnews" / "test.tsv"
 
 
 @pytest.fixture(scope="module")

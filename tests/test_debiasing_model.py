@@ -228,11 +228,8 @@ def test_an_answer_does_not_depend_on_the_other_questions_or_their_order(engine)
 
 
 def test_the_hidden_state_benchmark_prints_its_figures(capsys):
-    from llamadecide.bench import hidden_states
-    from llamadecide.bench.datasets import DATASETS
+    from benchmarks import hidden_states
 
-    if not DATASETS["sst2"].path.exists():
-        pytest.skip("shared data not beside the checkout")
     assert hidden_states.main(["--model", "smollm2-135m-instruct", "--dataset", "sst2", "--items", "3"]) == 0
     out = capsys.readouterr().out
     assert "states bit-identical both ways" in out and out.count("| llamadecide-") == 8  # 2 formats x 4 ways

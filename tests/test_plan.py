@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from llamadecide.bench.load import load_prices
+from conftest import DATA
 from llamadecide.cli.main import app
 from llamadecide.planning.choice import instance_rows, pareto_front, recommend
+from llamadecide.prices import load_prices
 
 ROOT = Path(__file__).resolve().parents[1]
-SST2 = ROOT.parent / "shared" / "data" / "sst2" / "dev.tsv"
+SST2 = DATA / "sst2" / "dev.tsv"
 
 
 def _model(name: str, share: float | None, costs: dict[str, float | None]) -> dict:
@@ -102,8 +103,6 @@ def test_bad_input_is_refused_before_a_model_loads(tmp_path, extra, complaint):
 
 @pytest.fixture(scope="module")
 def small_plan(tmp_path_factory):
-    if not SST2.exists():
-        pytest.skip("shared data not beside the checkout")
     folder = tmp_path_factory.mktemp("plan")
     lines = SST2.read_text(encoding="utf-8").splitlines()
     data = folder / "sst2.tsv"

@@ -186,7 +186,8 @@ def test_a_profile_keeps_its_prompt_format_and_an_unknown_format_is_refused(tmp_
 def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
     import json
 
-    from llamadecide.bench import prompt_formats
+    from benchmarks import prompt_formats
+
     from llamadecide.calibration.config import head_layer
     from llamadecide.engine.model_files import BLOCK_DEPTH
 

@@ -4,31 +4,27 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import DATA
 from llamadecide.decisions import Decider, Scoring, choice, predicate, score
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.errors import ContextOverflowError, InvalidRequestError
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TICKET = "I was charged twice for my subscription this month and I want a refund for the second payment."
 
 
 def banking77_intents() -> list[str]:
-    path = DATA / "banking77" / "categories.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    pytest.skip("shared/data/banking77 is not beside the checkout")
+    return json.loads((DATA / "banking77" / "categories.json").read_text())
 
 
 # llama.cpp quantizes activations to 8 bits inside every matmul and keeps the KV cache in f16, so
 # its log-probabilities depend slightly on where tokens sit in the KV cache: the same tokens
 # evaluated from scratch but shifted by one cell move by up to a few tenths of a nat, and both
 # differ from exact float64 arithmetic on the same weights by up to about a nat on unlikely
-# tokens (figures: `python -m llamadecide.bench.exactness`). So scores are checked three ways:
+# tokens (figures: `python -m benchmarks.exactness`). So scores are checked three ways:
 # bit-exact against the from-scratch evaluation wherever the KV layout is the same; within that
 # layout noise against it elsewhere; and against a float64 reference of the same weights, loosely,
 # which catches any misaligned, missing or extra token (each costs several nats).
@@ -47,7 +43,7 @@ def decider(engine):
 @pytest.fixture(scope="session")
 def reference(engine):
     pytest.importorskip("gguf")
-    from llamadecide.bench.reference import ReferenceModel
+    from benchmarks.reference import ReferenceModel
 
     return ReferenceModel(engine.model_path)
 
@@ -259,8 +255,6 @@ def test_state_longer_than_context_is_refused_not_truncated(decider, engine):
 
 def test_banking_rows_are_readable():
     path = DATA / "banking77" / "test.csv"
-    if not path.exists():
-        pytest.skip("shared data not present")
     with path.open() as handle:
         rows = list(csv.DictReader(handle))
     assert set(banking77_intents()) == {r["category"] for r in rows}
@@ -269,7 +263,7 @@ def test_banking_rows_are_readable():
 def test_the_scoring_benchmark_prints_its_figures(capsys):
     import json
 
-    from llamadecide.bench import scoring
+    from benchmarks import scoring
 
     assert (
         scoring.main(["--model", "smollm2-135m-instruct", "--options", "2", "--repeats", "1", "--flash-attn", "--json"])

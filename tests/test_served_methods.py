@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import API_KEY
+from conftest import API_KEY, DATA
 from llamadecide.calibration.backends import LocalBackend
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.fitting import fit_head
@@ -20,7 +20,7 @@ from llamadecide.decisions.measuring import Measurer
 from test_server_edges import TICKET, assert_error, decision
 
 ROOT = Path(__file__).resolve().parents[1]
-AGNEWS = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv"
+AGNEWS = DATA / "agnews" / "test.tsv"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 TEAMS = {
     "type": "choice",
@@ -107,7 +107,6 @@ def profile_request(task, text: str, profile: str) -> dict:
     }
 
 
-@pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
 def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_probabilities(engine, tmp_path):
     from llamadecide.bench.server_process import ServerProcess
 
@@ -143,7 +142,6 @@ def test_a_served_head_profile_with_a_lexical_expert_gives_the_fitted_heads_prob
         assert_error(refused, 400, param="llamadecide.prior_correction")
 
 
-@pytest.mark.skipif(not AGNEWS.exists(), reason="shared data not beside the checkout")
 def test_a_served_head_on_a_blocks_hidden_state_alone_scores_no_answer(engine, tmp_path):
     """A profile's head reads the block it was fitted on (calibrate's depth), served as fitted."""
     from llamadecide.bench.server_process import ServerProcess

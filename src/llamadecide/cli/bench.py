@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-# The AG News copy beside a repository checkout; an installed package has no default data.
-REPOSITORY_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "agnews" / "test.tsv"
+# The AG News copy of a repository checkout (data/); an installed package has no default data.
+REPOSITORY_DATA = Path(__file__).resolve().parents[3] / "data" / "agnews" / "test.tsv"
 
 
 def bench_command(
@@ -71,21 +71,15 @@ def bench_command(
     ] = Path("bench-out"),
 ) -> None:
     """Latency and throughput by concurrency; decisions vs generate-and-parse; CPU vs GPU; cost per 1,000 requests."""
-    from llamadecide.bench.load import (
-        asdict_records,
-        cost_table,
-        floor_figures,
-        load_prices,
-        row_seconds,
-        run_level,
-        summarise,
-    )
+    from llamadecide.bench.load import asdict_records, floor_figures, row_seconds, run_level, summarise
     from llamadecide.bench.results import markdown, plot, print_tables
     from llamadecide.bench.server_process import ServerProcess
     from llamadecide.calibration.data import load_task, read_labelled
     from llamadecide.cli.common import fail, wide_console
+    from llamadecide.engine import gpu_offload_supported
     from llamadecide.engine.model_files import default_model
     from llamadecide.errors import LlamaDecideError
+    from llamadecide.prices import cost_table, load_prices
 
     console = wide_console(140)
     if data is None:
@@ -202,7 +196,7 @@ def bench_command(
             concurrency,
             env={"LLAMADECIDE_DECISION_BATCH": str(batch)} if batch is not None else None,
         )
-    gpu_present = shutil.which("nvidia-smi") is not None and _gpu_build()
+    gpu_present = shutil.which("nvidia-smi") is not None and gpu_offload_supported()
     if gpu == "on" or (gpu == "auto" and gpu_present):
         floor_for("gpu", -1)
         for batch in decision_batch or [None]:
@@ -262,9 +256,3 @@ def bench_command(
     plot(results, out / "latency_throughput.png")
     print_tables(results, console)
     console.print(f"wrote {out}/results.json, results.md, latency_throughput.png, records.jsonl")
-
-
-def _gpu_build() -> bool:
-    import llama_cpp
-
-    return bool(llama_cpp.llama_supports_gpu_offload())

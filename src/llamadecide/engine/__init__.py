@@ -22,6 +22,7 @@ _EXPORTS = {
     "json_grammar": "llamadecide.engine.generation",
     "bundled_model_path": "llamadecide.engine.model_files",
     "file_sha256": "llamadecide.engine.gguf_file",
+    "gpu_offload_supported": "llamadecide.engine.llama_engine",
     "resolve_model_path": "llamadecide.engine.model_files",
 }
 

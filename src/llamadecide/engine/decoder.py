@@ -14,7 +14,7 @@ then a call may hold a whole ubatch. Either way a row's numbers depend only on i
 positions and on the cells it attends to, taken in cache order, not on its batch-mates nor on where
 its cells lie (`KVCache` keeps every sequence's cells in position order): the same prompt alone,
 beside other prompts, in other chunks or after unrelated cells gives bit-identical
-log-probabilities (`tests/test_determinism.py`, `python -m llamadecide.bench.exactness`).
+log-probabilities (`tests/test_determinism.py`, `python -m benchmarks.exactness`).
 """
 
 from __future__ import annotations

@@ -147,11 +147,6 @@ class Engine:
         return self._sha256
 
     @property
-    def gpu_offload_supported(self) -> bool:
-        """Whether this llama.cpp build can offload layers to a GPU."""
-        return bool(llama_cpp.llama_supports_gpu_offload())
-
-    @property
     def metadata(self) -> dict:
         """The GGUF's key-value metadata (architecture, context length, ...), as strings."""
         return self.tokenizer.metadata
@@ -295,15 +290,16 @@ class Engine:
                 param="calibration",
             )
 
-    def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray:
-        """Reference path: `tokens` evaluated from an empty cache; log-probabilities from `start` on."""
+    def score_naive(self, tokens: Sequence[int], start: int, *, displaced: bool = False) -> np.ndarray:
+        """Reference path: `tokens` evaluated from an empty cache (`displaced`: behind one unrelated
+        cell); log-probabilities from `start` on."""
         with self._lock:
-            return self._scorer.score_naive(tokens, start)
+            return self._scorer.score_naive(tokens, start, displaced=displaced)
 
-    def evaluate(self, tokens: Sequence[int]) -> float:
+    def prompt_seconds(self, tokens: Sequence[int]) -> float:
         """Seconds to evaluate a prompt from an empty cache (the benchmark's prompt-only baseline)."""
         with self._lock:
-            return self._scorer.evaluate(tokens)
+            return self._scorer.prompt_seconds(tokens)
 
     # -- generation (`generation`) ---------------------------------------------------------------
 
@@ -326,3 +322,8 @@ class Engine:
                 default_seed=self.config.seed,
                 is_end=self.is_end_of_generation,
             )
+
+
+def gpu_offload_supported() -> bool:
+    """Whether this llama.cpp build can offload layers to a GPU (no model loaded)."""
+    return bool(llama_cpp.llama_supports_gpu_offload())

@@ -191,15 +191,18 @@ class Scorer:
         assert state is not None
         return state
 
-    def score_naive(self, tokens: Sequence[int], start: int) -> np.ndarray:
+    def score_naive(self, tokens: Sequence[int], start: int, *, displaced: bool = False) -> np.ndarray:
         """Reference path: evaluate `tokens` from an empty cache and return the log-probability of
         each token from index `start` on. One full evaluation per call; used to check the batched
-        path and as the benchmark's baseline."""
+        path and as the benchmark's baseline. `displaced`: behind one unrelated cell (the first token
+        in another sequence, masked), so every cell lies one index higher than from scratch."""
         if not 1 <= start < len(tokens):
             raise InvalidRequestError("start must fall inside the token sequence")
-        check_fits(self.kv.n_ctx, len(tokens), "the sequence")
+        check_fits(self.kv.n_ctx, len(tokens) + int(displaced), "the sequence")
         self.kv.clear()
         try:
+            if displaced:
+                self.kv.fill(tokens[:1], 0, self.kv.scratch - 1)
             rows = Rows()
             rows.extend(tokens, 0, (PROMPT,))
             reads = {p: (tokens[p + 1],) for p in range(start - 1, len(tokens) - 1)}
@@ -210,7 +213,7 @@ class Scorer:
         finally:
             self.kv.clear()
 
-    def evaluate(self, tokens: Sequence[int]) -> float:
+    def prompt_seconds(self, tokens: Sequence[int]) -> float:
         """Evaluate a prompt from an empty cache in the engine's call shapes, reading the last
         position's logits, and return the seconds it took (the benchmark's prompt-only baseline)."""
         check_fits(self.kv.n_ctx, len(tokens), "the prompt")

@@ -3,7 +3,7 @@ cost against automatically handled share, and the recommendation rule."""
 
 from __future__ import annotations
 
-from llamadecide.bench.load import cost_table
+from llamadecide.prices import cost_table
 
 AUTO_SHARE_MARGIN = 0.05  # default rule: within 5 points of the best share any model reaches
 

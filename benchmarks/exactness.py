@@ -5,7 +5,7 @@
 - shifted: the same from-scratch evaluation with its tokens one KV cell further along,
 - exact: a float64 NumPy forward pass of the same dequantized GGUF weights (bench/reference.py).
 
-    python -m llamadecide.bench.exactness [--model PATH]
+    python -m benchmarks.exactness [--model PATH]
 
 "shifted - naive" is llama.cpp's sensitivity to KV layout, and "batched - naive" to batch
 composition: both 0 in the engine's deterministic call shapes (`engine/decoder.py`), nonzero with
@@ -23,14 +23,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from llamadecide.bench.reference import ReferenceModel
+from benchmarks.engines import engine_for
+from benchmarks.reference import ReferenceModel
 from llamadecide.decisions import Decider, choice, predicate
-from llamadecide.engine import Engine, EngineConfig, resolve_model_path
-from llamadecide.engine.decoder import Rows
-from llamadecide.engine.kv_cache import PROMPT
+from llamadecide.engine import Engine, resolve_model_path
 
 TICKET = "I was charged twice for my subscription this month and I want a refund for the second payment."
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def questions() -> list[tuple[str, object]]:
@@ -53,18 +52,7 @@ def questions() -> list[tuple[str, object]]:
 
 def shifted_naive(engine: Engine, tokens: list[int], start: int) -> np.ndarray:
     """From-scratch evaluation with one unrelated cell in front (another sequence, masked)."""
-    with engine._lock:
-        kv = engine._kv
-        kv.clear()
-        kv.fill(tokens[:1], 0, engine.n_seq_max - 2)
-        rows = Rows()
-        rows.extend(tokens, 0, (PROMPT,))
-        reads = {p - 1: (tokens[p],) for p in range(start, len(tokens))}
-        for p in reads:
-            rows.outputs[p] = True
-        found, _ = kv.run(rows, reads)
-        kv.clear()
-    return np.array([found[p - 1][tokens[p]] for p in range(start, len(tokens))])
+    return engine.score_naive(tokens, start, displaced=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None)
     args = parser.parse_args(argv)
     path = resolve_model_path(args.model)
-    engine = Engine(EngineConfig(model_path=path))
+    engine = engine_for(path, n_ctx=4096)
     reference = ReferenceModel(path)
     decider = Decider(engine)
     table = Table(title=f"log-probability differences in nats, {engine.model_name} (max / mean over options)")

@@ -1,6 +1,6 @@
 """Many inputs per decode call: what sharing calls saves, and that it changes no answer.
 
-    python -m llamadecide.bench.batching [--model M] [--items 200] [--dataset agnews] [--json FILE]
+    python -m benchmarks.batching [--model M] [--items 200] [--dataset agnews] [--json FILE]
 
 For each prompt format and for a head's hidden state, the same items are decided one by one
 (`Decider.decide`, `Measurer.hidden`) and in shared calls (`Decider.decide_many`,
@@ -21,11 +21,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from llamadecide.bench.datasets import DATASETS
+from benchmarks.datasets import DATASETS
+from benchmarks.engines import engine_for
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.decisions import Decider, DecisionInput, Scoring
 from llamadecide.decisions.measuring import Measurer
-from llamadecide.engine import Engine, EngineConfig, resolve_model_path
+from llamadecide.engine import Engine, resolve_model_path
 
 BATCH = 16
 
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     items = read_labelled(dataset.path, text_column=dataset.text_column, label_column=dataset.label_column)
     texts = [item.text for item in items[: args.items]]
     path = resolve_model_path(args.model)
-    engine = Engine(EngineConfig(model_path=path, n_ctx=8192, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers))
+    engine = engine_for(path, n_ctx=8192, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
     rows = []
     try:
         for prompt_format in args.prompt_formats:

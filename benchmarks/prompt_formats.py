@@ -1,6 +1,6 @@
 """What a decision costs per prompt format, and what it gets right (a script that prints figures).
 
-    python -m llamadecide.bench.prompt_formats --dataset {agnews,sst2,banking77} [...] --items N [--model M]
+    python -m benchmarks.prompt_formats --dataset {agnews,sst2,banking77} [...] --items N [--model M]
         [--shots-per-class 1 2] [--json FILE]
 
 Per data set, the same N test items are decided in sequence, as a running server sees them (warm,
@@ -33,7 +33,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from llamadecide.bench.datasets import DATASETS
+from benchmarks.datasets import DATASETS
+from benchmarks.engines import engine_for
 from llamadecide.calibration.config import head_layer
 from llamadecide.calibration.cross_validation import cross_validated
 from llamadecide.calibration.data import load_task, read_labelled
@@ -46,7 +47,7 @@ from llamadecide.decisions.maths import HIDDEN_ONLY
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import HEAD_ONLY_FORMATS, INPUT_ONLY, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
 from llamadecide.decisions.rules import Demonstration, Head
-from llamadecide.engine import Engine, EngineConfig, resolve_model_path
+from llamadecide.engine import Engine, resolve_model_path
 from llamadecide.engine.model_files import BLOCK_DEPTH
 
 
@@ -288,9 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write {'rows': [...]} with every figure here")
     args = parser.parse_args(argv)
     path = resolve_model_path(args.model)
-    engine = Engine(
-        EngineConfig(model_path=path, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
-    )
+    engine = engine_for(path, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
     rows: list[dict] = []
     try:
         for name in args.dataset:

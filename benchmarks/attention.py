@@ -1,6 +1,6 @@
 """What deterministic attention costs: the flash-attention kernels side by side, on one model.
 
-    python -m llamadecide.bench.attention [--model M] [--pins 700 3000] [--rows 30] [--prompt 512] [--json FILE]
+    python -m benchmarks.attention [--model M] [--pins 700 3000] [--rows 30] [--prompt 512] [--json FILE]
 
 ggml reads its attention switches once per process, so each kernel runs in a process of its own,
 one after another on the same machine:
@@ -33,7 +33,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from llamadecide.engine import Engine, EngineConfig, ScoringInput, resolve_model_path
+from benchmarks.engines import engine_for
+from llamadecide.engine import Engine, ScoringInput
 
 KERNELS = {  # name -> (environment, flash_attn, deterministic)
     "invariant": ({"GGML_CPU_FA_INVARIANT": "1", "GGML_CPU_FA_ROW_KERNEL": "0"}, True, True),
@@ -67,11 +68,7 @@ def worker(
     deterministic: bool,
     call_sizes: list[int] = (),
 ) -> dict:
-    engine = Engine(
-        EngineConfig(
-            model_path=resolve_model_path(model), n_ctx=max(pins) + 1024, flash_attn=flash, deterministic=deterministic
-        )
-    )
+    engine = engine_for(model, n_ctx=max(pins) + 1024, flash_attn=flash, deterministic=deterministic)
     out: dict = {"call_rows": engine.call_rows, "after_pin_ms": {}, "max_difference": {}}
     for length in pins:
         pin = _tokens(engine, length, salt=length)
@@ -93,15 +90,15 @@ def worker(
         other = ScoringInput(pin + _tokens(engine, rows, salt=8)[:-1], [[tail[-1]]])
         beside = engine.score_many([other, ScoringInput(pin + tail[:-1], [[tail[-1]]])])[1].rows[0]
         engine.clear_cache()
-        engine.evaluate(_tokens(engine, 300, salt=9))
+        engine.prompt_seconds(_tokens(engine, 300, salt=9))
         engine.score_trie(_tokens(engine, 200, salt=10), [[tail[-1]]])
         engine.pin_prefix(pin)
         after = _rows_after(engine, pin, tail)[0]
         out["max_difference"][length] = max(float(np.abs(alone - beside).max()), float(np.abs(alone - after).max()))
     tokens = _tokens(engine, prompt, salt=11)
-    out["prompt_ms"] = statistics.median(engine.evaluate(tokens) * 1000 for _ in range(max(1, repeat // 2)))
+    out["prompt_ms"] = statistics.median(engine.prompt_seconds(tokens) * 1000 for _ in range(max(1, repeat // 2)))
     out["call_ms"] = {
-        size: statistics.median(engine.evaluate(_tokens(engine, size, salt=12 + r)) * 1000 for r in range(repeat))
+        size: statistics.median(engine.prompt_seconds(_tokens(engine, size, salt=12 + r)) * 1000 for r in range(repeat))
         for size in call_sizes
     }
     engine.close()
@@ -133,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         command = [
             sys.executable,
             "-m",
-            "llamadecide.bench.attention",
+            "benchmarks.attention",
             "--worker",
             name,
             "--rows",

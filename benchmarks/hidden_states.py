@@ -3,7 +3,7 @@ llama.cpp's embeddings mode (every row an output, every row projected), and the 
 head reads (`--head-depth`: the call stops there), per head prompt format, one input at a time as a
 single client sends them (a script that prints figures).
 
-    python -m llamadecide.bench.hidden_states [--model NAME] [--dataset banking77] [--items 30]
+    python -m benchmarks.hidden_states [--model NAME] [--dataset banking77] [--items 30]
         [--prompt-formats llamadecide-3 llamadecide-6] [--head-depth 0.85]
 
 Each configuration runs in the order tap, embeddings mode, tap at the block, tap, on one engine per
@@ -18,11 +18,12 @@ import time
 
 import numpy as np
 
-from llamadecide.bench.datasets import DATASETS
+from benchmarks.datasets import DATASETS
+from benchmarks.engines import engine_for
 from llamadecide.calibration.config import head_layer
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.decisions.measuring import Measurer
-from llamadecide.engine import Engine, EngineConfig, resolve_model_path
+from llamadecide.engine import Engine, resolve_model_path
 from llamadecide.engine.model_files import BLOCK_DEPTH
 
 
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     labelled = read_labelled(data.path, text_column=data.text_column, label_column=data.label_column)
     texts = [item.text for item in labelled[:: max(1, len(labelled) // args.items)][: args.items]]
     path = resolve_model_path(args.model)
-    engines = {tap: Engine(EngineConfig(model_path=path, n_ctx=args.n_ctx, hidden_tap=tap)) for tap in (True, False)}
+    engines = {tap: engine_for(path, n_ctx=args.n_ctx, hidden_tap=tap) for tap in (True, False)}
     question = task.question()
     layer = head_layer(engines[True].n_layer, args.head_depth)
     print(f"{path.name}, {args.dataset}, {len(texts)} inputs one at a time")

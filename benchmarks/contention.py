@@ -1,7 +1,7 @@
 """What another busy process does to decision latency, with OpenMP's ACTIVE (spinning) and
 PASSIVE (sleeping) thread wait policies (a script that prints figures).
 
-    python -m llamadecide.bench.contention [--model NAME] [--decisions 12] [--busy 1]
+    python -m benchmarks.contention [--model NAME] [--decisions 12] [--busy 1]
 
 For each policy, a fresh process (the policy is read when llama.cpp's OpenMP runtime loads) runs
 the same decisions alone, then beside `--busy` processes that spin on the CPU for the duration
@@ -38,10 +38,10 @@ def _spin(seconds: float) -> None:
 
 def _measure(model: str | None, decisions: int) -> None:
     """Child process: print the latency of each decision as JSON."""
+    from benchmarks.engines import engine_for
     from llamadecide.decisions import Decider, choice
-    from llamadecide.engine import Engine, EngineConfig, resolve_model_path
 
-    engine = Engine(EngineConfig(model_path=resolve_model_path(model), n_ctx=4096))
+    engine = engine_for(model, n_ctx=4096)
     decider = Decider(engine)
     question = choice("Which team should handle this ticket?", OPTIONS)
     times = []
@@ -55,7 +55,7 @@ def _measure(model: str | None, decisions: int) -> None:
 
 def run(policy: str, model: str | None, decisions: int, busy: int) -> float:
     env = {**os.environ, "OMP_WAIT_POLICY": policy}
-    command = [sys.executable, "-m", "llamadecide.bench.contention", "--child", "--decisions", str(decisions)]
+    command = [sys.executable, "-m", "benchmarks.contention", "--child", "--decisions", str(decisions)]
     if model:
         command += ["--model", model]
     spinners = [multiprocessing.Process(target=_spin, args=(600.0,), daemon=True) for _ in range(busy)]

@@ -1,6 +1,6 @@
 """Scoring benchmark: what a K-option decision costs against evaluating its prompt once.
 
-    python -m llamadecide.bench.scoring [--model PATH] [--repeats 7] [--json]
+    python -m benchmarks.scoring [--model PATH] [--repeats 7] [--json]
 
 The ticket is about 300 tokens. For K = 2, 5, 20 it prints the prompt-only latency (prompt
 evaluated from an empty cache, last logits read), the decision latency (same empty cache, all K
@@ -97,9 +97,9 @@ def measure(engine: Engine, k: int, repeats: int) -> dict:
         decider.decide(TICKET, [question])
         return time.perf_counter() - began
 
-    engine.evaluate(prompt)  # warm-up
+    engine.prompt_seconds(prompt)  # warm-up
     decide_fresh()
-    prompt_only = statistics.median(engine.evaluate(prompt) for _ in range(repeats))
+    prompt_only = statistics.median(engine.prompt_seconds(prompt) for _ in range(repeats))
     decision = _median_seconds(decide_fresh, repeats)
     warm = statistics.median(decide_warm() for _ in range(repeats))
     naive = _median_seconds(lambda: measurer.decide_naive(TICKET, question), max(3, repeats // 2))

@@ -1,6 +1,6 @@
 """Decision quality on real labelled data (a script that prints figures, not a timed test).
 
-    python -m llamadecide.bench.quality [--model NAME ...] [--dataset agnews sst2 banking77 banking77-phrases]
+    python -m benchmarks.quality [--model NAME ...] [--dataset agnews sst2 banking77 banking77-phrases]
         [--labelled N] [--test N] [--rotations R] [--shots K] [--generate N] [--nested] [--out DIR] [--json FILE]
 
 Per model and data set: a seeded split into a labelled (calibration) part and a test part. Every
@@ -25,14 +25,15 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from llamadecide.bench.baselines import (
+from benchmarks.baselines import (
     TARGET,
     generate_and_parse,
     guaranteed_threshold,
     measure,
     tfidf_baseline,
 )
-from llamadecide.bench.datasets import DATASETS, Dataset
+from benchmarks.datasets import DATASETS, Dataset
+from benchmarks.engines import engine_for
 from llamadecide.calibration.backends import LocalBackend
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.config import RunConfig
@@ -44,7 +45,7 @@ from llamadecide.calibration.variant_scoring import score_variants
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.decisions.maths import HIDDEN_ONLY, LOGLIK_HIDDEN, confidence
 from llamadecide.decisions.prompt import PROMPT_FORMATS
-from llamadecide.engine import Engine, EngineConfig, resolve_model_path
+from llamadecide.engine import Engine
 from llamadecide.engine.model_files import BUNDLED
 
 
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=170)
     results = []
     for model in args.model:
-        engine = Engine(EngineConfig(model_path=resolve_model_path(model), n_ctx=8192, n_threads=args.threads))
+        engine = engine_for(model, n_ctx=8192, n_threads=args.threads)
         for name in args.dataset:
             label = model if model in BUNDLED else Path(model).stem
             results.append(run_one(engine, label, name, DATASETS[name], args, console))

@@ -1,6 +1,6 @@
 """Calibration measurement on AG News with the bundled model (a script that prints figures).
 
-    python -m llamadecide.bench.calibration [--calibration-size 1000] [--test-size 2000] [--out DIR]
+    python -m benchmarks.calibration [--calibration-size 1000] [--test-size 2000] [--out DIR]
 
 Scores every item once (cached in DIR, so a re-run or an interrupted run resumes), fits on the
 calibration part, and prints raw and calibrated ECE and NLL on the test part, then the threshold,
@@ -23,8 +23,7 @@ from llamadecide.calibration.run import calibrate
 from llamadecide.engine import Engine
 from llamadecide.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[3]
-DATA = ROOT.parent / "shared" / "data" / "agnews" / "test.tsv"
+DATA = Path(__file__).resolve().parents[1] / "data" / "agnews" / "test.tsv"
 TASK = TASKS_DIR / "agnews.yaml"
 
 
