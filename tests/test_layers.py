@@ -12,11 +12,13 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "llamadecide"
 PACKAGES = {
     "errors": 0,
     "aws": 1,
+    "prices": 1,
     "engine": 1,
     "decisions": 2,
     "settings": 3,
     "calibration": 3,
     "bulk": 4,
+    "labels": 4,
     "server": 4,
     "sagemaker": 5,
     "bench": 5,
@@ -79,3 +81,22 @@ def test_engine_modules_import_downward():
                 if not (path.stem == "__init__"):
                     upward.append(f"engine/{path.name} imports engine.{target[1]}")
     assert not upward, upward
+
+
+def test_only_the_engine_imports_llama_cpp():
+    """ARCHITECTURE.md's rule: engine/ is the only code that imports llama_cpp, lazily or not."""
+    found = []
+    for path in ROOT.rglob("*.py"):
+        if path.relative_to(ROOT).parts[0] == "engine":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(name == "llama_cpp" or name.startswith("llama_cpp.") for name in names):
+                found.append(str(path.relative_to(ROOT)))
+    assert found == []

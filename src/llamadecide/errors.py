@@ -34,3 +34,11 @@ class ModelLoadError(LlamaDecideError):
 
 class ProfileMismatchError(InvalidRequestError):
     """A calibration profile was fitted for another model file or prompt format."""
+
+
+class UnknownItemError(InvalidRequestError):
+    """A request names something this server does not hold (a decision id that was never served)."""
+
+
+class LabelError(InvalidRequestError):
+    """A label that is not one of its question's declared options."""

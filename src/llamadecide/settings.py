@@ -230,6 +230,35 @@ class Settings(BaseSettings):
     )
     probability_log: Path | None = Field(None, description="Append one JSON line per answer to this file")
     profiles_dir: Path | None = Field(None, description="Directory of calibration profiles (JSON)")
+    profiles_poll: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds between looks at profiles_dir for new or changed profiles, taken in without a restart "
+        "(one version per name: the highest); 0: only at start-up",
+    )
+    label_store: str | None = Field(
+        None,
+        description="Where served decisions' review items and people's labels are kept: a SQLite file, or "
+        "s3://bucket/prefix that every instance behind one endpoint shares (none: no review queue, no labels)",
+    )
+    audit_rate: float = Field(
+        0.02,
+        ge=0.0,
+        le=1.0,
+        description="Share of automatic decisions drawn at random into the review queue beside every escalation, "
+        "their chance recorded: what audits production precision and certifies refits",
+    )
+    review_retention_days: float = Field(
+        30.0,
+        ge=0,
+        description="Days the input text of a decision in the review queue is kept (0: no limit); after that its "
+        "label stays but no longer trains. Automatic decisions not audited keep only the input's hash",
+    )
+    a2i_flow_definition: str | None = Field(
+        None,
+        description="ARN of an Amazon Augmented AI flow definition: each decision entering the review queue also "
+        "starts a human loop there (`llamadecide labels import` reads the loops' output from S3)",
+    )
     swagger_ui: bool = Field(
         False,
         description="Serve the Swagger UI page at /docs (it loads its scripts from a CDN); /openapi.json is always "

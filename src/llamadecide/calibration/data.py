@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import yaml
 
+from llamadecide.calibration.certification import Draw
 from llamadecide.decisions import Question, choice, predicate, score
 from llamadecide.errors import InvalidRequestError
 
@@ -21,6 +22,9 @@ class LabelledItem:
     id: str
     text: str
     label: str
+    # How it came to be labelled: an item of a labelled file is one of a census (chance 1); items from
+    # the label store carry their recorded chance (none: picked by hand, trains but never certifies).
+    draw: Draw = Draw(1.0, "file")
 
 
 def _column(row: list[str] | dict, column: str, header: list[str] | None, path: Path) -> str:

@@ -3,6 +3,7 @@ format they were fitted on. The server loads them from a directory and applies t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -118,6 +119,8 @@ class CalibrationProfile(BaseModel):
 
     name: str
     created: str
+    version: int = Field(default=1, ge=1)  # a refit from labels is its parent's version + 1
+    parent: Optional[str] = None  # the parent's `version_id`
     model_sha256: str
     prompt_format: str
     task: dict[str, Any]  # type, instructions, options, fingerprint
@@ -138,6 +141,7 @@ class CalibrationProfile(BaseModel):
     dataset_fingerprint: str
     metrics: dict[str, Any]
     _scoring: Any = PrivateAttr(default=None)
+    _version_id: Optional[str] = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _consistent(self) -> CalibrationProfile:
@@ -160,6 +164,15 @@ class CalibrationProfile(BaseModel):
                     f"{len(self.task['options'])} options"
                 )
         return self
+
+    @property
+    def version_id(self) -> str:
+        """This version of the profile, as decisions served with it and refits record it: its name,
+        version and a digest of its contents (two runs that both wrote version 1 stay apart)."""
+        if self._version_id is None:
+            digest = hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+            self._version_id = f"{self.name}@{self.version}-{digest}"
+        return self._version_id
 
     @property
     def method_label(self) -> str:
@@ -250,9 +263,11 @@ def profile_files(directory: Path) -> list[Path]:
 
 
 class ProfileStore:
-    """The profiles of a directory (`profile_files`). A file that is not a valid profile, or one bound
-    to another model or an unknown prompt format, is left out with its reason logged and reported to
-    any request naming it: one bad file never keeps the model from serving the others."""
+    """The profiles of a directory (`profile_files`), one version per name: the highest (then the
+    latest created). A file that is not a valid profile, or one bound to another model or an unknown
+    prompt format, is left out with its reason logged and reported to any request naming it: one bad
+    file never keeps the model from serving the others. `refresh` takes in what changed in the
+    directory since (a refit's new version) without a restart."""
 
     def __init__(
         self,
@@ -263,24 +278,64 @@ class ProfileStore:
         check: Callable[[CalibrationProfile], str | None] | None = None,
     ) -> None:
         """`check` may refuse a profile the server cannot serve (it returns the reason)."""
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise ModelLoadError(f"profiles directory {directory} does not exist")
+        self.model_sha256, self.prompt_formats, self.check = model_sha256, prompt_formats, check
         self.profiles: dict[str, CalibrationProfile] = {}
         self.refused: dict[str, str] = {}  # file -> why it is not served
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise ModelLoadError(f"profiles directory {directory} does not exist")
-        for path in profile_files(directory):
+        self.superseded: dict[str, str] = {}  # file -> the version served instead
+        self._loaded: dict[Path, tuple[tuple[int, int], CalibrationProfile | str]] = {}
+        self.refresh()
+
+    def refresh(self) -> list[str]:
+        """Read the directory again (only the files that changed); returns what changed in what is
+        served, one line each (empty: nothing)."""
+        loaded: dict[Path, tuple[tuple[int, int], CalibrationProfile | str]] = {}
+        for path in profile_files(self.directory):
             try:
-                profile = CalibrationProfile.load(path)
-                profile.check_bound_to(model_sha256, prompt_formats)
-                problem = check(profile) if check is not None else None
-                if problem:
-                    raise ProfileMismatchError(problem)
-            except (ValueError, OSError, ProfileMismatchError) as exc:
-                reason = _reason(exc)
-                self.refused[str(path)] = reason
-                log.error("calibration profile %s is not served: %s", path, reason)
+                stat = path.stat()
+            except OSError:
+                continue  # removed while listed
+            signature = (stat.st_mtime_ns, stat.st_size)
+            held = self._loaded.get(path)
+            loaded[path] = held if held and held[0] == signature else (signature, self._load(path))
+        profiles: dict[str, CalibrationProfile] = {}
+        where: dict[str, Path] = {}
+        refused, superseded = {}, {}
+        for path, (_, found) in loaded.items():
+            if isinstance(found, str):
+                refused[str(path)] = found
                 continue
-            self.profiles[profile.name] = profile
+            held = profiles.get(found.name)
+            if held is not None and (held.version, held.created) >= (found.version, found.created):
+                superseded[str(path)] = f"version {found.version}; serving version {held.version}"
+                continue
+            if held is not None:
+                superseded[str(where[found.name])] = f"version {held.version}; serving version {found.version}"
+            profiles[found.name], where[found.name] = found, path
+        changes = [
+            f"{name}: serving version {p.version} ({p.version_id})"
+            for name, p in profiles.items()
+            if name not in self.profiles or self.profiles[name].version_id != p.version_id
+        ] + [f"{name}: no longer served" for name in self.profiles if name not in profiles]
+        self._loaded = loaded
+        self.profiles, self.refused, self.superseded = profiles, refused, superseded
+        return changes
+
+    def _load(self, path: Path) -> CalibrationProfile | str:
+        """The profile in a file, or why it is not served."""
+        try:
+            profile = CalibrationProfile.load(path)
+            profile.check_bound_to(self.model_sha256, self.prompt_formats)
+            problem = self.check(profile) if self.check is not None else None
+            if problem:
+                raise ProfileMismatchError(problem)
+        except (ValueError, OSError, ProfileMismatchError) as exc:
+            reason = _reason(exc)
+            log.error("calibration profile %s is not served: %s", path, reason)
+            return reason
+        return profile
 
     def get(self, name: str) -> CalibrationProfile:
         try:

@@ -108,12 +108,39 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         )
         for line in reachable_lines(th):
             console.print("  " + line)
+    for line in certification_lines(summary):
+        console.print(line)
     cp = summary["conformal"]
     console.print(
         f"conformal sets (alpha {cp['alpha']}): test coverage {cp['coverage']:.3f}, mean size "
         f"{cp['mean_set_size']:.2f}, "
         f"singletons {cp['singleton_rate']:.1%}"
     )
+
+
+def certification_lines(summary: dict) -> list[str]:
+    """Which labels certify the threshold and which only train; a refit's parent and how it compares."""
+    lines = []
+    counts = summary.get("certification")
+    if counts and (counts["train_only"] or len(counts["frames"]) > 1 or "file" not in "".join(counts["frames"])):
+        frames = ", ".join(
+            f"{name}: {f['items']} items, effective {f['effective_size']:.0f}" for name, f in counts["frames"].items()
+        )
+        lines.append(
+            f"labels: {counts['certify']} certify (each weighted by the inverse of its chance of review; {frames}), "
+            f"{counts['train_only']} only train (picked with no recorded chance)"
+        )
+    parent = summary.get("parent")
+    if parent:
+        if parent.get("matched"):
+            lines.append(
+                f"against its parent {parent['parent']} on the {parent['matched']} labelled items it served: "
+                f"accuracy {parent['accuracy_a']:.3f} -> {parent['accuracy_b']:.3f}, agreement "
+                f"{parent['agreement']:.3f}, flip rate {parent['flip_rate']:.3f}"
+            )
+        else:
+            lines.append(f"parent {parent['parent']}: none of the labelled items was served by it")
+    return lines
 
 
 def reachable_lines(th: dict) -> list[str]:
@@ -190,6 +217,7 @@ prompt format {summary["prompt_format"]} · {summary["split"]["calibration"]} ca
 <th>calibrated ({html.escape(summary["chosen"]["label"])})</th></tr>
 {rows}</table>
 <h2>Policy</h2>{policy}
+{"".join(f"<p>{html.escape(line)}</p>" for line in certification_lines(summary))}
 <p>Conformal sets (alpha {summary["conformal"]["alpha"]}): coverage {summary["conformal"]["coverage"]:.3f}, mean size
 {summary["conformal"]["mean_set_size"]:.2f}, singletons {summary["conformal"]["singleton_rate"]:.1%}.</p>
 {img("reliability.png")} {img("risk_coverage.png")}

@@ -1,5 +1,7 @@
 """Where to act automatically: the lowest confidence threshold whose auto-handled answers meet a
-target precision with a stated confidence, and split-conformal prediction sets."""
+target precision with a stated confidence, and split-conformal prediction sets. Items may carry
+certification weights (`certification.certification_weights`: the inverse of each item's chance of
+having been labelled); items of weight 0 train but never certify."""
 
 from __future__ import annotations
 
@@ -18,15 +20,33 @@ def clopper_pearson_lower(successes: int, trials: int, confidence: float) -> flo
     return float(beta.ppf(1.0 - confidence, successes, trials - successes + 1))
 
 
+def weighted_lower_bound(correct: np.ndarray, weights: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    """The precision of a weighted sample, its one-sided lower bound at `confidence` and its effective
+    size: Clopper-Pearson at the Kish effective sample size n = (sum w)^2 / sum w^2 with p n successes
+    (Korn and Graubard's bound for weighted survey samples). With equal weights it is the exact
+    Clopper-Pearson bound of `clopper_pearson_lower`."""
+    weights = np.asarray(weights, dtype=float)
+    total = float(weights.sum())
+    if total <= 0:
+        return 0.0, 0.0, 0.0
+    precision = float(weights[np.asarray(correct, dtype=bool)].sum()) / total
+    n = total**2 / float((weights**2).sum())
+    successes = precision * n
+    if successes <= 0:
+        return precision, 0.0, n
+    return precision, float(beta.ppf(1.0 - confidence, successes, n - successes + 1)), n
+
+
 @dataclass(frozen=True)
 class Threshold:
     threshold: float
     target_precision: float
     confidence_level: float
-    auto: int  # calibration items at or above the threshold
-    precision: float  # their observed precision
-    lower_bound: float  # Clopper-Pearson lower bound at confidence_level
-    coverage: float  # share of calibration items handled automatically
+    auto: int  # certifying calibration items at or above the threshold
+    precision: float  # their observed (weighted) precision
+    lower_bound: float  # Clopper-Pearson lower bound at confidence_level (at the effective size, when weighted)
+    coverage: float  # (weighted) share of certifying calibration items handled automatically
+    effective_auto: float | None = None  # the Kish effective size of the items at the threshold, when weighted
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -46,6 +66,7 @@ def select_threshold(
     confidence_level: float,
     grid: tuple[float, ...] = DEFAULT_GRID,
     min_auto: int | None = None,
+    weights: np.ndarray | None = None,
 ) -> Threshold | None:
     """Learn-then-Test with fixed-sequence testing. For each threshold t of a fixed grid, from
     strictest to loosest, H_t says "precision of answers with confidence >= t is below target";
@@ -55,11 +76,17 @@ def select_threshold(
     fewer than `min_auto` items (default: twice the smallest sample that could clear the target
     at all) are not tested, since they could only stop the sequence; which ones that is depends on
     the confidences alone, not on the labels, so the error control holds. Returns the loosest
-    rejected threshold, or None when even the strictest tested one fails."""
+    rejected threshold, or None when even the strictest tested one fails. With `weights`, only items
+    of positive weight are tested, each counting its weight (`weighted_lower_bound`; `min_auto` is
+    then an effective size)."""
     if min_auto is None:
         min_auto = 2 * smallest_passing_sample(target, confidence_level)
     conf = np.asarray(conf, dtype=float)
     correct = np.asarray(correct, dtype=bool)
+    if weights is not None:
+        return _select_weighted(
+            conf, correct, np.asarray(weights, dtype=float), target, confidence_level, grid, min_auto
+        )
     chosen: Threshold | None = None
     for t in sorted(grid, reverse=True):
         mask = conf >= t
@@ -71,6 +98,34 @@ def select_threshold(
         if bound < target:
             break
         chosen = Threshold(float(t), target, confidence_level, n, k / n, bound, n / len(conf))
+    return chosen
+
+
+def _select_weighted(
+    conf: np.ndarray,
+    correct: np.ndarray,
+    weights: np.ndarray,
+    target: float,
+    confidence_level: float,
+    grid: tuple[float, ...],
+    min_auto: float,
+) -> Threshold | None:
+    """`select_threshold` on a weighted sample: the same fixed sequence, each test at the effective size."""
+    certify = weights > 0
+    conf, correct, weights = conf[certify], correct[certify], weights[certify]
+    total = float(weights.sum())
+    chosen: Threshold | None = None
+    for t in sorted(grid, reverse=True):
+        mask = conf >= t
+        if not mask.any():
+            continue
+        precision, bound, n = weighted_lower_bound(correct[mask], weights[mask], confidence_level)
+        if n < min_auto:
+            continue
+        if bound < target:
+            break
+        share = float(weights[mask].sum()) / total
+        chosen = Threshold(float(t), target, confidence_level, int(mask.sum()), precision, bound, share, n)
     return chosen
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Optional
@@ -48,12 +49,35 @@ RUN_FLAGS = (
 @config_flags(RunConfig, *RUN_FLAGS, panel="Calibration")
 @settings_flags(*SCORING_SETTINGS)
 def calibrate_command(
-    data: LabelledFileArgument,
     task: TaskOption,
     settings: Settings,
     run: dict,
+    data: Annotated[
+        Optional[Path], typer.Argument(help="Labelled file: CSV, TSV or JSONL (optional with --labels)")
+    ] = None,
     text_column: TextColumnOption = "text",
     label_column: LabelColumnOption = "label",
+    labels: Annotated[
+        Optional[str],
+        typer.Option(
+            "--labels",
+            help="A label store (SQLite file or s3://bucket/prefix): its labels of the task train, those of known "
+            "chance certify (escalations, audits, random draws); with DATA, beside the file's. Without --test-size "
+            "the figures are measured out of fold",
+        ),
+    ] = None,
+    label_profile: Annotated[
+        Optional[str],
+        typer.Option("--label-profile", help="With --labels: only the labels of decisions served with this profile"),
+    ] = None,
+    parent: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--parent",
+            help="The profile this run refits (a profile file or calibrate --out folder): the new profile is its next "
+            "version, named after it, and is compared with what it served",
+        ),
+    ] = None,
     backend: Annotated[
         Optional[str],
         typer.Option("--backend", help="local (default), an http(s):// server URL, or sagemaker:ENDPOINT[@REGION]"),
@@ -63,26 +87,87 @@ def calibrate_command(
         "calibration-out"
     ),
 ) -> None:
-    """Measure and calibrate a task on labelled data; write a report and a calibration profile."""
+    """Measure and calibrate a task on labelled data (a file, a label store, or both); write a report and a
+    calibration profile."""
     from llamadecide.calibration.backends import backend_from
-    from llamadecide.calibration.data import file_fingerprint, load_task, read_labelled
+    from llamadecide.calibration.data import load_task
     from llamadecide.calibration.report import print_summary
     from llamadecide.calibration.run import calibrate
     from llamadecide.engine import Engine
 
+    if data is None and labels is None:
+        raise fail("give a labelled file, --labels STORE, or both")
     try:
         the_task = load_task(task)
-        items = read_labelled(data, text_column=text_column, label_column=label_column)
-        config = run_config(out, run, dataset_fingerprint=file_fingerprint(data, text_column, label_column))
+        items, fingerprint, lineage = run_items(
+            the_task, data, text_column, label_column, labels, label_profile, parent
+        )
+        if labels is not None:
+            run = labelled_split(run, len(items))
+        config = run_config(out, run, dataset_fingerprint=fingerprint)
         chosen = backend_from(backend, engine_factory=lambda: Engine(settings.engine_config()), api_key=api_key)
         try:
-            summary = calibrate(chosen, the_task, items, config)
+            summary = calibrate(chosen, the_task, items, config, lineage)
         finally:
             getattr(chosen, "close", lambda: None)()
     except LlamaDecideError as exc:
         raise fail(exc.message) from exc
     print_summary(summary)
     typer.echo(f"wrote {out}/report.html, {out}/summary.json, {out}/profile.json")
+
+
+def run_items(task, data, text_column, label_column, labels, label_profile, parent_path):
+    """The run's items (the file's, then the store's), the data's fingerprint, and the parent's lineage."""
+    import hashlib
+
+    from llamadecide.calibration.certification import Draw
+    from llamadecide.calibration.data import file_fingerprint, read_labelled
+
+    items, parts = [], []
+    if data is not None:
+        fingerprint = file_fingerprint(data, text_column, label_column)
+        items = [
+            dataclasses.replace(item, draw=Draw(1.0, f"file:{fingerprint[:12]}"))
+            for item in read_labelled(data, text_column=text_column, label_column=label_column)
+        ]
+        parts.append(fingerprint)
+    lineage = None
+    if labels is not None:
+        from llamadecide.labels.refit import lineage as parent_lineage
+        from llamadecide.labels.refit import store_labels
+        from llamadecide.labels.store import open_store
+
+        store = open_store(labels)
+        try:
+            found = store_labels(store, task, profile=label_profile)
+        finally:
+            store.close()
+        if not found.items:
+            raise fail(f"{labels} holds no labels of task {task.name!r} with their input")
+        items += found.items
+        parts.append(hashlib.sha256("\n".join(f"{i.id}={i.label}" for i in found.items).encode()).hexdigest())
+        if parent_path is not None:
+            lineage = parent_lineage(load_parent(parent_path), found, task)
+    elif parent_path is not None:
+        from llamadecide.calibration.run import Lineage
+
+        lineage = Lineage(load_parent(parent_path))
+    return items, hashlib.sha256("|".join(parts).encode()).hexdigest() if len(parts) > 1 else parts[0], lineage
+
+
+def load_parent(path: Path):
+    from llamadecide.calibration.profile import CalibrationProfile, profile_files
+
+    files = profile_files(path) if path.is_dir() else [path]
+    if len(files) != 1:
+        raise fail(f"--parent {path} holds {len(files)} profiles; name one file")
+    return CalibrationProfile.load(files[0])
+
+
+def labelled_split(run: dict, n: int) -> dict:
+    """With a label store, every item fits unless a test part is asked for (then measured out of fold)."""
+    test = run.get("test_size") or 0
+    return {**run, "test_size": test, "calibration_size": run.get("calibration_size") or n - test}
 
 
 def run_config(out: Path, run: dict, **computed) -> RunConfig:

@@ -46,6 +46,22 @@ def create(
     api_key: Annotated[
         Optional[str], typer.Option("--api-key", help="Key for the container's /v1 routes (not /invocations)")
     ] = None,
+    label_store: Annotated[
+        Optional[str],
+        typer.Option(
+            "--label-store",
+            help="s3://bucket/prefix every instance keeps review items and labels in (the role needs s3:GetObject, "
+            "PutObject and ListBucket there)",
+        ),
+    ] = None,
+    audit_rate: Annotated[
+        Optional[float],
+        typer.Option("--audit-rate", min=0.0, max=1.0, help="Share of automatic decisions drawn for review"),
+    ] = None,
+    a2i_flow_definition: Annotated[
+        Optional[str],
+        typer.Option("--a2i-flow-definition", help="A2I flow definition ARN: queued decisions start human loops"),
+    ] = None,
     startup_timeout: Annotated[
         int, typer.Option("--startup-timeout", help="Container start-up health check timeout (s)")
     ] = 600,
@@ -59,13 +75,26 @@ def create(
     from llamadecide.engine.model_files import resolve_model_path
     from llamadecide.sagemaker.deploy import DeployError, EndpointSpec, container_environment, package_model
 
+    if label_store is not None and not label_store.startswith("s3://"):
+        raise fail(
+            "--label-store must be s3://bucket/prefix: an endpoint's instances share it, and their disks are not kept"
+        )
     deployer = _deployer(region)
     try:
         gguf = resolve_model_path(str(model) if model else None)
         with tempfile.TemporaryDirectory() as tmp:
             archive = package_model(gguf, Path(tmp) / "model.tar.gz", profiles_dir=profiles_dir)
             url = deployer.upload(archive, bucket, f"llamadecide/{name}/model.tar.gz")
-        extra = {"LLAMA_API_KEY": api_key} if api_key else {}
+        extra = {
+            name: str(value)
+            for name, value in (
+                ("LLAMA_API_KEY", api_key),
+                ("LLAMADECIDE_LABEL_STORE", label_store),
+                ("LLAMADECIDE_AUDIT_RATE", audit_rate),
+                ("LLAMADECIDE_A2I_FLOW_DEFINITION", a2i_flow_definition),
+            )
+            if value is not None
+        }
         spec = EndpointSpec(
             name=name,
             image_uri=image,

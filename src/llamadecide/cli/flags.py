@@ -150,10 +150,10 @@ def settings_flags(*names: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def config_flags(cls: type, *names: str, panel: str | None = None) -> Callable[[Callable], Callable]:
+def config_flags(cls: type, *names: str, panel: str | None = None, into: str = "run") -> Callable[[Callable], Callable]:
     def decorate(command: Callable) -> Callable:
         flags = [config_flag(cls, n, panel) for n in names]
-        return _derive(command, "run", flags, lambda values: {k: _as_field(v) for k, v in values.items()})
+        return _derive(command, into, flags, lambda values: {k: _as_field(v) for k, v in values.items()})
 
     return decorate
 

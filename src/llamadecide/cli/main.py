@@ -12,9 +12,11 @@ from llamadecide.cli.bench import bench_command
 from llamadecide.cli.calibrate import calibrate_command, compare_command
 from llamadecide.cli.decide import decide_command
 from llamadecide.cli.deploy import deploy_app
+from llamadecide.cli.labels import labels_app
 from llamadecide.cli.models import models_command
 from llamadecide.cli.plan import plan_command
 from llamadecide.cli.serve import serve_command
+from llamadecide.cli.simulate import simulate_command
 
 # Help piped to a file or another program is not cut to 80 columns (in a terminal it fits the terminal).
 if not sys.stdout.isatty() and not os.environ.get("TERMINAL_WIDTH"):
@@ -30,7 +32,9 @@ app.command("compare")(compare_command)
 app.command("bench")(bench_command)
 app.command("models")(models_command)
 app.command("plan")(plan_command)
+app.command("simulate")(simulate_command)
 app.add_typer(deploy_app, name="deploy")
+app.add_typer(labels_app, name="labels")
 
 
 @app.callback()

@@ -65,12 +65,12 @@ def plan_command(
     each model, price it per instance, recommend. Resumable: rerun the same command after an interruption."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from llamadecide.bench.load import load_prices
     from llamadecide.calibration.data import file_fingerprint, load_task, read_labelled
     from llamadecide.cli.calibrate import run_config
     from llamadecide.errors import LlamaDecideError
     from llamadecide.planning.report import pareto_plot, print_plan, write_html
     from llamadecide.planning.run import PlanConfig, check_models, installed_models, plan, read_gpu_results
+    from llamadecide.prices import load_prices
 
     console = wide_console(140)
     try:  # everything the user passed is checked before a model loads

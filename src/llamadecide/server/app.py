@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from fastapi import Depends, FastAPI
 from llamadecide.decisions import Decider
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.engine import Engine
-from llamadecide.errors import ModelLoadError
+from llamadecide.errors import ModelLoadError, UnsupportedError
 from llamadecide.server.auth import check_key
 from llamadecide.server.chat_serving import ChatServing
 from llamadecide.server.decision_serving import DecisionServing
@@ -22,6 +23,7 @@ from llamadecide.server.errors import install_error_handlers
 from llamadecide.server.metrics import Metrics, MetricsMiddleware
 from llamadecide.server.middleware import BodyMiddleware
 from llamadecide.server.problog import ProbabilityLog
+from llamadecide.server.review_serving import ReviewServing
 from llamadecide.server.routes import router
 from llamadecide.server.sagemaker_routes import router as sagemaker_router
 from llamadecide.server.scheduler import EngineScheduler
@@ -54,6 +56,50 @@ class Runtime:
         self.services: Services | None = None
         self.load_error: str | None = None
         self.profile_store = None  # calibration.profile.ProfileStore, when profiles_dir is set
+        # The label store and its review queue, when label_store is set (before the model loads:
+        # labels are taken while it does).
+        self.reviews: ReviewServing | None = review_serving(settings) if settings.label_store else None
+        self.metrics.register_reviews(lambda: self.review_figures())
+        self._alerted: dict[str, str] = {}  # profile -> the version last warned about
+
+    def served_profiles(self) -> list:
+        return list(self.profile_store.profiles.values()) if self.profile_store else []
+
+    def review_figures(self) -> dict | None:
+        """Pending reviews and labels per profile, and each served profile's audit (None without a store)."""
+        if self.reviews is None:
+            return None
+        return {"counts": self.reviews.store.counts(), "audits": self.reviews.audits(self.served_profiles())}
+
+    def refuse_without_store(self) -> ReviewServing:
+        if self.reviews is None:
+            raise UnsupportedError(
+                "this server keeps no labels: start it with a label store (label_store, LLAMADECIDE_LABEL_STORE)",
+                param="label_store",
+            )
+        return self.reviews
+
+    def upkeep(self, now: float) -> None:
+        """What the server looks after between requests: new or changed profiles, and the retention
+        of queued inputs."""
+        if self.profile_store is not None and self.settings.profiles_poll > 0:
+            for change in self.profile_store.refresh():
+                log.info("calibration profiles: %s", change)
+        if self.reviews is not None and self.settings.review_retention_days > 0:
+            forgotten = self.reviews.store.forget_inputs(now - self.settings.review_retention_days * 86400)
+            if forgotten:
+                log.info("label store: erased the input of %d items past the retention", forgotten)
+        for found in self.review_figures()["audits"] if self.reviews is not None else ():
+            if found.state == "below_target" and self._alerted.get(found.profile) != found.version:
+                log.warning(
+                    "profile %s: audited precision %.3f, lower bound %.3f below the target %.2f (%d audited labels)",
+                    found.profile,
+                    found.precision,
+                    found.lower_bound,
+                    found.target,
+                    found.labels,
+                )
+                self._alerted[found.profile] = found.version
 
     def attach(self, engine: Engine) -> None:
         name = self.settings.model_alias or engine.model_name
@@ -98,6 +144,20 @@ class Runtime:
             detail = f": {self.load_error}" if self.load_error else " yet"
             raise ModelLoadError(f"the model is not loaded{detail}")
         return self.services
+
+
+def review_serving(settings: Settings) -> ReviewServing:
+    """The label store the settings name, its review queue, and A2I human loops when a flow is set."""
+    from llamadecide.labels.queue import ReviewQueue
+    from llamadecide.labels.store import open_store
+
+    store = open_store(settings.label_store)
+    on_queued = None
+    if settings.a2i_flow_definition:
+        from llamadecide.labels.a2i import HumanLoops
+
+        on_queued = HumanLoops(settings.a2i_flow_definition).start
+    return ReviewServing(store, ReviewQueue(store, settings.audit_rate, on_queued=on_queued))
 
 
 MIN_INPUT_TOKENS = 64  # what a profile must leave room for beside its question, at the least
@@ -162,14 +222,18 @@ def create_app(
                         on_load_error(str(exc))
 
             task = asyncio.create_task(load())
+        upkeep = asyncio.create_task(_upkeep(runtime))
         try:
             yield
         finally:
+            upkeep.cancel()
             if task is not None:
                 task.cancel()
             runtime.scheduler.shutdown()
             if runtime.problog:
                 runtime.problog.close()
+            if runtime.reviews is not None:
+                runtime.reviews.store.close()
 
     # /openapi.json is always there (plain JSON); the Swagger UI page at /docs loads its scripts from a
     # CDN, which an offline or private deployment cannot reach, so it is off unless asked for.
@@ -190,6 +254,20 @@ def create_app(
     app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=runtime.metrics)
     return app
+
+
+UPKEEP_IDLE_S = 60.0  # between looks when profiles are not polled
+
+
+async def _upkeep(runtime: Runtime) -> None:
+    """`Runtime.upkeep` every `profiles_poll` seconds, off the event loop; a failure is logged, never raised."""
+    poll = runtime.settings.profiles_poll or UPKEEP_IDLE_S
+    while True:
+        await asyncio.sleep(poll)
+        try:
+            await asyncio.to_thread(runtime.upkeep, time.time())
+        except Exception:  # noqa: BLE001 - the server goes on serving what it has
+            log.exception("upkeep failed (profiles, retention, audits)")
 
 
 def _version() -> str:

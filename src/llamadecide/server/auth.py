@@ -12,7 +12,7 @@ from fastapi import Request
 
 from llamadecide.server.errors import APIError
 
-OPEN_PATHS = {"/ping", "/health", "/"}
+OPEN_PATHS = {"/ping", "/health", "/", "/review"}  # static pages ask for the key themselves
 
 
 def check_key(request: Request) -> None:

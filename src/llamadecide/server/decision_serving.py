@@ -253,8 +253,22 @@ class DecisionServing:
     # -- format -------------------------------------------------------------------------------
 
     @staticmethod
-    def _extension_fields(answer: Answer, prepared: Prepared) -> dict[str, Any]:
+    def action(answer: Answer, prepared: Prepared) -> tuple[str | None, float | None]:
+        """What the policy says of an answer: auto (its confidence at or above the request's threshold,
+        else the profile's) or escalate, with that threshold; (None, None) when no threshold applies."""
         ext, profile = prepared.extension, prepared.profile
+        threshold = (
+            ext.threshold if ext and ext.threshold is not None else (profile.threshold if profile is not None else None)
+        )
+        if threshold is not None:
+            return ("auto" if answer.confidence >= threshold else "escalate"), threshold
+        if profile is not None:
+            return "escalate", None  # no threshold met the profile's precision target
+        return None, None
+
+    @classmethod
+    def _extension_fields(cls, answer: Answer, prepared: Prepared) -> dict[str, Any]:
+        profile = prepared.profile
         fields: dict[str, Any] = {
             "label_mass": answer.label_mass,
             "prompt_format": answer.prompt_format,
@@ -264,14 +278,11 @@ class DecisionServing:
         if profile is not None:
             fields["profile"] = profile.name
             fields["method"] = profile.method_label
-        threshold = (
-            ext.threshold if ext and ext.threshold is not None else (profile.threshold if profile is not None else None)
-        )
+        action, threshold = cls.action(answer, prepared)
+        if action is not None:
+            fields["action"] = action
         if threshold is not None:
-            fields["action"] = "auto" if answer.confidence >= threshold else "escalate"
             fields["threshold"] = threshold
-        elif profile is not None:
-            fields["action"] = "escalate"  # no threshold met the profile's precision target
         if answer.question.type == "predicate":
             fields["confidence"] = answer.confidence
         return fields

@@ -15,10 +15,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from llamadecide.errors import (
     ContextOverflowError,
     InvalidRequestError,
+    LabelError,
     LlamaDecideError,
     ModelLoadError,
     ProfileMismatchError,
     RequestTimeoutError,
+    UnknownItemError,
     UnsupportedError,
 )
 
@@ -37,6 +39,8 @@ class APIError(Exception):
 STATUS_TABLE: list[tuple[type[LlamaDecideError], int, str, str | None]] = [
     (ContextOverflowError, 400, "invalid_request_error", "context_length_exceeded"),
     (ProfileMismatchError, 422, "invalid_request_error", "profile_mismatch"),
+    (UnknownItemError, 404, "not_found_error", "unknown_decision"),
+    (LabelError, 422, "invalid_request_error", "undeclared_label"),
     (InvalidRequestError, 400, "invalid_request_error", None),
     (UnsupportedError, 501, "not_implemented_error", "unsupported"),
     (RequestTimeoutError, 504, "timeout_error", "request_timeout"),

@@ -14,6 +14,9 @@ ROUTES = {
     "/v1/completions",
     "/v1/decisions",
     "/v1/systemone",
+    "/v1/labels",
+    "/v1/reviews",
+    "/review",
     "/v1/models",
     "/invocations",
     "/ping",
@@ -57,6 +60,51 @@ class EngineCollector(Collector):
             yield CounterMetricFamily(name, text, value=values.get(key, 0))
 
 
+class ReviewCollector(Collector):
+    """Per profile, read at scrape time: reviews pending, labels held, and the audited precision of
+    automatic decisions with its lower bound (`labels.audit`)."""
+
+    def __init__(self, figures: Callable[[], dict | None]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator:
+        from prometheus_client.core import GaugeMetricFamily
+
+        found = self.figures()
+        if found is None:
+            return
+        pending = GaugeMetricFamily("llamadecide_reviews_pending", "Queued items without a label", labels=["profile"])
+        labels = CounterMetricFamily("llamadecide_labels", "Items people have labelled", labels=["profile"])
+        for task, counts in sorted(found["counts"].items(), key=lambda kv: kv[0] or ""):
+            pending.add_metric([task or ""], counts["pending"])
+            labels.add_metric([task or ""], counts["labels"])
+        yield pending
+        yield labels
+        audit = {
+            "precision": "Audited precision of automatic decisions (the served version, weighted by chance)",
+            "precision_lower_bound": "Its one-sided lower bound at the profile's confidence level",
+            "labels": "Audited automatic decisions of the served version with a label",
+            "labels_needed": "Audited labels before the bound could clear the target at all",
+            "target": "The profile's target precision",
+            "alert": "1 when the lower bound is below the target with enough audits to tell",
+        }
+        families = {
+            key: GaugeMetricFamily(f"llamadecide_audit_{key}", text, labels=["profile"]) for key, text in audit.items()
+        }
+        for found_audit in found["audits"]:
+            values = {
+                "precision": found_audit.precision if found_audit.precision is not None else float("nan"),
+                "precision_lower_bound": found_audit.lower_bound,
+                "labels": found_audit.labels,
+                "labels_needed": found_audit.needed,
+                "target": found_audit.target,
+                "alert": float(found_audit.state == "below_target"),
+            }
+            for key, value in values.items():
+                families[key].add_metric([found_audit.profile], value)
+        yield from families.values()
+
+
 class Metrics:
     def __init__(
         self,
@@ -85,7 +133,16 @@ class Metrics:
             registry=self.registry,
             buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
         )
+        self.decisions = Counter(
+            "llamadecide_decisions",
+            "Answers by profile (empty: none) and action (auto, escalate, none: no threshold applied)",
+            ["profile", "action"],
+            registry=self.registry,
+        )
         self.registry.register(EngineCollector(engine_counters))
+
+    def register_reviews(self, figures: Callable[[], dict | None]) -> None:
+        self.registry.register(ReviewCollector(figures))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -37,13 +37,22 @@ class BodyMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        request_id = _clean_request_id(headers.get("x-request-id")) or uuid.uuid4().hex
+        attributes = headers.get("x-amzn-sagemaker-custom-attributes")
+        request_id = (
+            _clean_request_id(headers.get("x-request-id"))
+            or _clean_request_id(custom_attribute(attributes, "request_id"))
+            or uuid.uuid4().hex
+        )
         scope.setdefault("state", {})["request_id"] = request_id
         path = scope.get("path", "")
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
                 message.setdefault("headers", []).append((b"x-request-id", request_id.encode()))
+                if path == "/invocations":  # SageMaker hands this header back to the caller (CustomAttributes)
+                    message["headers"].append(
+                        (b"x-amzn-sagemaker-custom-attributes", f"request_id={request_id}".encode())
+                    )
             await send(message)
 
         async def refuse(status: int, type_: str, message: str, param: str | None = None) -> None:
@@ -132,6 +141,16 @@ class BodyMiddleware:
 
 class _TooLarge(Exception):
     pass
+
+
+def custom_attribute(header: str | None, name: str) -> str | None:
+    """`name=value` among the comma- or semicolon-separated key=value pairs of SageMaker's
+    X-Amzn-SageMaker-Custom-Attributes header."""
+    for item in (header or "").replace(";", ",").split(","):
+        key, _, value = item.strip().partition("=")
+        if key.strip().lower() == name and value.strip():
+            return value.strip()
+    return None
 
 
 def _clean_request_id(given: str | None) -> str | None:

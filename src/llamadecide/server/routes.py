@@ -6,13 +6,15 @@ import logging
 import time
 from importlib import resources
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from llamadecide.decisions import Decision
-from llamadecide.server.decision_serving import Prepared
+from llamadecide.server.decision_serving import DecisionServing, Prepared
 from llamadecide.server.protocol.chat import ChatCompletionRequest, CompletionRequest
 from llamadecide.server.protocol.decisions import DecisionRequest
+from llamadecide.server.protocol.labels import LabelsRequest
 from llamadecide.server.protocol.systemone import SystemOneRequest
 
 log = logging.getLogger(__name__)
@@ -29,8 +31,11 @@ def record_decision(request: Request, route: str, prepared: Prepared, decision: 
     runtime = _runtime(request)
     services = runtime.ready()
     runtime.metrics.tokens.labels("scored").inc(decision.prompt_tokens)
+    profile = prepared.profile.name if prepared.profile is not None else ""
     for answer in decision.answers:
         runtime.metrics.answers.labels(answer.question.type).inc()
+        action = DecisionServing.action(answer, prepared)[0] or "none"
+        runtime.metrics.decisions.labels(profile, action).inc()
     if runtime.problog:
         try:
             runtime.problog.write(
@@ -49,6 +54,22 @@ def record_decision(request: Request, route: str, prepared: Prepared, decision: 
             runtime.metrics.errors.labels("probability_log").inc()
 
 
+async def keep_for_review(request: Request, prepared: Prepared, decision: Decision, *, line: int | None = None) -> None:
+    """Record a served decision in the label store (escalations and the audit enter the review queue),
+    before the answer leaves: a label may follow at once. Its id is the request id (`x-request-id`),
+    with `:LINE` (0-based) for a line of a JSON Lines body. A store that cannot take it is logged and
+    counted; the answer is computed, and the client gets it."""
+    reviews = _runtime(request).reviews
+    if reviews is None:
+        return
+    request_id = request.scope["state"]["request_id"] + ("" if line is None else f":{line}")
+    try:
+        await run_in_threadpool(reviews.keep, request_id, prepared, decision)
+    except Exception:  # noqa: BLE001
+        log.exception("the label store could not record request %s", request_id)
+        _runtime(request).metrics.errors.labels("label_store").inc()
+
+
 async def _run_decision(request: Request, services, prepared: Prepared) -> Decision:
     """The decision on the engine thread, sharing its calls with the other decisions waiting then."""
     scheduler = _runtime(request).scheduler
@@ -62,6 +83,7 @@ async def handle_decisions(request: Request, body: DecisionRequest) -> dict:
     prepared = services.decisions.prepare_openai(body)
     decision = await _run_decision(request, services, prepared)
     record_decision(request, "/v1/decisions", prepared, decision)
+    await keep_for_review(request, prepared, decision)
     return services.decisions.format_openai(prepared, decision)
 
 
@@ -70,7 +92,15 @@ async def handle_systemone(request: Request, body: SystemOneRequest) -> dict:
     prepared, ids, legends = services.decisions.prepare_systemone(body)
     decision = await _run_decision(request, services, prepared)
     record_decision(request, "/v1/systemone", prepared, decision)
+    await keep_for_review(request, prepared, decision)
     return services.decisions.format_systemone(prepared, ids, legends, decision)
+
+
+async def handle_labels(request: Request, body: LabelsRequest) -> JSONResponse:
+    """Labels for served decisions: all of the body or none, durable before the 201."""
+    reviews = _runtime(request).refuse_without_store()
+    count = await run_in_threadpool(reviews.add_labels, body)
+    return JSONResponse({"object": "labels", "count": count}, status_code=201)
 
 
 async def handle_chat(request: Request, body: ChatCompletionRequest) -> Response:
@@ -117,6 +147,22 @@ async def decisions(request: Request, body: DecisionRequest) -> dict:
 @router.post("/v1/systemone")
 async def systemone(request: Request, body: SystemOneRequest) -> dict:
     return await handle_systemone(request, body)
+
+
+@router.post("/v1/labels", status_code=201)
+async def labels(request: Request, body: LabelsRequest) -> JSONResponse:
+    return await handle_labels(request, body)
+
+
+@router.get("/v1/reviews")
+async def reviews(
+    request: Request,
+    limit: int = Query(50, ge=1, le=500, description="Most items returned"),
+    profile: str | None = Query(None, max_length=200, description="Only this profile's items"),
+) -> dict:
+    """The review queue: items still without a label, oldest first."""
+    serving = _runtime(request).refuse_without_store()
+    return await run_in_threadpool(lambda: serving.reviews(limit=limit, profile=profile))
 
 
 @router.post("/v1/chat/completions")
@@ -170,6 +216,9 @@ async def profiles(request: Request) -> dict:
     data = [
         {
             "name": p.name,
+            "version": p.version,
+            "version_id": p.version_id,
+            "parent": p.parent,
             "type": p.task["type"],
             "instructions": p.task["instructions"],
             "options": p.task["options"],
@@ -182,16 +231,31 @@ async def profiles(request: Request) -> dict:
         }
         for p in (store.profiles.values() if store else ())
     ]
-    return {"object": "list", "data": data, "refused": dict(store.refused) if store else {}}
+    return {
+        "object": "list",
+        "data": data,
+        "refused": dict(store.refused) if store else {},
+        "superseded": dict(store.superseded) if store else {},
+    }
 
 
 @router.get("/health")
 async def health(request: Request) -> JSONResponse:
     runtime = _runtime(request)
     if runtime.services is not None:
-        return JSONResponse(
-            {"status": "ok", "model": runtime.services.model_name, "queue_depth": runtime.scheduler.depth}
-        )
+        body = {"status": "ok", "model": runtime.services.model_name, "queue_depth": runtime.scheduler.depth}
+        figures = await run_in_threadpool(runtime.review_figures)
+        if figures is not None:
+            audits = [found.as_dict() for found in figures["audits"]]
+            body["reviews_pending"] = sum(counts["pending"] for counts in figures["counts"].values())
+            body["audit"] = audits
+            body["warnings"] = [
+                f"profile {a['profile']}: audited precision lower bound {a['lower_bound']:.3f} is below the target "
+                f"{a['target']} ({a['labels']} audited labels)"
+                for a in audits
+                if a["state"] == "below_target"
+            ]
+        return JSONResponse(body)
     status = "error" if runtime.load_error else "loading"
     return JSONResponse({"status": status, "error": runtime.load_error}, status_code=503)
 
@@ -203,6 +267,14 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/", response_class=HTMLResponse)
 async def playground() -> HTMLResponse:
-    return HTMLResponse(
-        resources.files("llamadecide.server").joinpath("static/playground.html").read_text(encoding="utf-8")
-    )
+    return _page("playground.html")
+
+
+@router.get("/review", response_class=HTMLResponse)
+async def review_page() -> HTMLResponse:
+    """The review page: the next queued item, its options with keyboard shortcuts, the label posted."""
+    return _page("review.html")
+
+
+def _page(name: str) -> HTMLResponse:
+    return HTMLResponse(resources.files("llamadecide.server").joinpath(f"static/{name}").read_text(encoding="utf-8"))

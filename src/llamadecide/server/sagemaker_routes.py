@@ -21,8 +21,10 @@ from pydantic import BaseModel, ValidationError
 from llamadecide.errors import InvalidRequestError
 from llamadecide.server import routes
 from llamadecide.server.errors import error_record
+from llamadecide.server.middleware import custom_attribute
 from llamadecide.server.protocol.chat import ChatCompletionRequest, CompletionRequest
 from llamadecide.server.protocol.decisions import DecisionRequest
+from llamadecide.server.protocol.labels import LabelsRequest
 from llamadecide.server.protocol.systemone import SystemOneRequest
 
 router = APIRouter()
@@ -32,16 +34,13 @@ ROUTES: dict[str, tuple[type[BaseModel], Any]] = {
     "/v1/completions": (CompletionRequest, routes.handle_completion),
     "/v1/decisions": (DecisionRequest, routes.handle_decisions),
     "/v1/systemone": (SystemOneRequest, routes.handle_systemone),
+    "/v1/labels": (LabelsRequest, routes.handle_labels),
 }
 
 
 def custom_route(header: str | None) -> str | None:
     """`route=/v1/decisions` among comma- or semicolon-separated key=value attributes."""
-    for item in (header or "").replace(";", ",").split(","):
-        key, _, value = item.strip().partition("=")
-        if key.strip().lower() == "route" and value.strip():
-            return value.strip()
-    return None
+    return custom_attribute(header, "route")
 
 
 def route_for(body: Any) -> str:
@@ -56,9 +55,12 @@ def route_for(body: Any) -> str:
         return "/v1/systemone"
     if "prompt" in body:
         return "/v1/completions"
+    if isinstance(body.get("labels"), list):
+        return "/v1/labels"
     raise InvalidRequestError(
         "cannot tell the route from the body: send `messages` (chat), `input` + a list of `questions` "
-        "(decisions), `state` + an object of `questions` (systemone) or `prompt` (completions), or name it "
+        "(decisions), `state` + an object of `questions` (systemone), `prompt` (completions) or `labels` (labels "
+        "for served decisions), or name it "
         "with the X-Amzn-SageMaker-Custom-Attributes header route=/v1/...",
         param="body",
     )
@@ -158,6 +160,7 @@ async def _invocations_lines(request: Request, raw: bytes) -> Response:
                 records[index] = error_record(result)
             else:
                 routes.record_decision(request, route, prepared, result)
+                await routes.keep_for_review(request, prepared, result, line=index)
                 records[index] = formatter(result)
     text = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
     return Response(text, media_type="application/jsonlines")

@@ -1,0 +1,66 @@
+"""From the label store to a calibration run: the labelled items of a task, each with how it came to
+be labelled (its `Draw`: the chance recorded when it entered the queue, and its frame), and the
+parent profile with what it served, for `calibrate --labels` and the stream simulation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llamadecide.calibration.certification import Draw
+from llamadecide.calibration.compare import Record
+from llamadecide.calibration.data import LabelledItem, Task
+from llamadecide.calibration.profile import CalibrationProfile
+from llamadecide.calibration.run import Lineage
+from llamadecide.labels.records import LabelledRecord
+from llamadecide.labels.store import LabelStore
+
+
+@dataclass(frozen=True)
+class StoreLabels:
+    items: list[LabelledItem]
+    records: list[LabelledRecord]  # the same, as the store holds them
+    without_input: int  # labelled items whose input the retention erased: they can no longer train
+
+
+def item_id(record: LabelledRecord) -> str:
+    return f"{record.item.id}:{record.item.question}"
+
+
+def answers_task(record: LabelledRecord, task: Task) -> bool:
+    """Whether a stored item asks the task's question: the same options (a score's by level name)."""
+    if task.type == "score":
+        return list(record.item.option_names or ()) == [str(o) for o in task.options]
+    return record.item.kind == task.type and list(record.item.options) == list(task.options)
+
+
+def store_labels(store: LabelStore, task: Task, *, profile: str | None = None) -> StoreLabels:
+    """The labels of a task's items (those served with `profile`, when given; else every item asking
+    the task's question). An item certifies with its recorded chance; one picked otherwise trains only."""
+    records = [r for r in store.labelled(task=profile) if answers_task(r, task)]
+    usable = [r for r in records if r.item.input is not None]
+    items = [
+        LabelledItem(
+            item_id(r),
+            r.item.input,
+            _data_label(r.label),
+            Draw(r.item.chance if r.item.certifies else None, r.item.frame),
+        )
+        for r in usable
+    ]
+    return StoreLabels(items, usable, len(records) - len(usable))
+
+
+def _data_label(label) -> str:
+    """A stored label as a labelled file would spell it (`Task.gold_index` reads it back)."""
+    return str(label).lower() if isinstance(label, bool) else str(label)
+
+
+def lineage(parent: CalibrationProfile, labels: StoreLabels, task: Task) -> Lineage:
+    """The parent, and what it served on the labelled items it served (their stored probabilities)."""
+    options = [o if isinstance(o, str) else str(o) for o in task.options]
+    served = {
+        item_id(r): Record(item_id(r), options, list(r.item.probabilities), None)
+        for r in labels.records
+        if r.item.version == parent.version_id
+    }
+    return Lineage(parent, served)

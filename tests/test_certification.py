@@ -1,0 +1,77 @@
+"""Which labels certify a threshold, and with what weight: an item picked by hand never counts, an
+escalation counts 1, an audit counts the inverse of its chance; the weighted bound reduces to the
+exact Clopper-Pearson bound when every weight is equal, and covers the truth on weighted samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llamadecide.calibration.certification import Draw, certification_counts, certification_weights
+from llamadecide.calibration.thresholds import clopper_pearson_lower, select_threshold, weighted_lower_bound
+
+
+def test_an_item_picked_by_hand_never_certifies():
+    weights = certification_weights([Draw(1.0, "f"), Draw(None, "f"), Draw(None, "served:t:v1")])
+    assert weights[1] == 0 and weights[2] == 0 and weights[0] > 0
+    counts = certification_counts([Draw(1.0, "f"), Draw(None, "f")])
+    assert (counts["certify"], counts["train_only"]) == (1, 1)
+
+
+def test_an_audit_weighs_the_inverse_of_its_chance_against_an_escalation():
+    draws = [Draw(1.0, "served:t:v1")] * 3 + [Draw(0.02, "served:t:v1")] * 2
+    weights = certification_weights(draws)
+    assert weights[3] / weights[0] == pytest.approx(50.0)  # 1 / 0.02 against 1 / 1
+    # The frame's weights sum to its Kish effective size: (3 + 100)^2 / (3 + 2 * 2500).
+    assert weights.sum() == pytest.approx(103**2 / 5003)
+
+
+def test_a_picked_item_or_an_unweighted_audit_would_change_the_threshold():
+    """The certified threshold moves when an audit loses its weight or a picked item is counted:
+    here, 58 escalations all right at low confidence and one audit wrong at high confidence."""
+    rng = np.random.default_rng(0)
+    conf = np.concatenate([rng.uniform(0.96, 1.0, 200), [0.99]])
+    correct = np.concatenate([np.ones(200, bool), [False]])
+    draws = [Draw(1.0, "file")] * 200 + [Draw(0.02, "file")]
+    honest = select_threshold(conf, correct, target=0.95, confidence_level=0.95, weights=certification_weights(draws))
+    unweighted = select_threshold(conf, correct, target=0.95, confidence_level=0.95)
+    assert unweighted is not None and (honest is None or honest.threshold > unweighted.threshold)
+
+
+def test_equal_weights_give_the_exact_clopper_pearson_bound():
+    for k, n in ((0, 10), (9, 10), (57, 60), (100, 100)):
+        correct = np.array([True] * k + [False] * (n - k))
+        precision, bound, size = weighted_lower_bound(correct, np.ones(n), 0.95)
+        assert (precision, size) == (pytest.approx(k / n), pytest.approx(n))
+        assert bound == pytest.approx(clopper_pearson_lower(k, n, 0.95), abs=1e-12)
+
+
+def test_with_one_frame_of_chance_1_the_guarantee_is_the_unweighted_one():
+    rng = np.random.default_rng(1)
+    conf = rng.uniform(0.5, 1.0, 400)
+    correct = rng.uniform(size=400) < conf
+    weights = certification_weights([Draw(1.0, "file")] * 400)
+    assert np.all(weights == 1.0)
+    plain = select_threshold(conf, correct, target=0.9, confidence_level=0.95)
+    weighted = select_threshold(conf, correct, target=0.9, confidence_level=0.95, weights=weights)
+    assert plain.threshold == weighted.threshold and plain.lower_bound == pytest.approx(weighted.lower_bound)
+
+
+def test_the_weighted_bound_covers_the_truth_on_audited_samples():
+    """Traffic whose automatic share is audited at 5% and escalations at 100%: over many draws the
+    weighted bound at 95% is above the true precision of automatic decisions in at most 5% of them."""
+    rng = np.random.default_rng(2)
+    misses, trials = 0, 400
+    for _ in range(trials):
+        n = 4000
+        auto = rng.uniform(size=n) < 0.7
+        correct = np.where(auto, rng.uniform(size=n) < 0.93, rng.uniform(size=n) < 0.6)
+        truth = correct[auto].mean()
+        chance = np.where(auto, 0.05, 1.0)
+        labelled = rng.uniform(size=n) < chance
+        draws = [Draw(float(c), "served") for c in chance[labelled]]
+        weights = certification_weights(draws)
+        mask = auto[labelled]
+        _, bound, _ = weighted_lower_bound(correct[labelled][mask], weights[mask], 0.95)
+        misses += bound > truth
+    assert misses / trials <= 0.05
