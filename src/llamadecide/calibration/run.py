@@ -93,7 +93,7 @@ def run_calibration(
     choice = choose_method(scored, cal_idx, y, config)
     if scored[choice.variant].answered is not None and choice.candidate.reads_answers:  # the test part's waited
         scored, more = score_items(backend, task, items, parts, y, config, deferred=False)
-        scoring["seconds"] += more["seconds"]
+        scoring.update(seconds=scoring["seconds"] + more["seconds"], plan=more["plan"])
     fit = fit_method(scored[choice.variant], choice.candidate, cal_idx, y, config)
     draws = [items[i].draw for i in fit.fit_on]
     certified = certify(fit.P_oof, fit.y, certification_weights(draws), config)
