@@ -107,3 +107,45 @@ def test_floor_figures_follow_from_the_counters():
         }
     )
     assert floor_figures(summary, None, 0.01) == {} and "floor_efficiency" not in floor_figures(summary, work, None)
+
+
+def test_bench_measures_a_profiles_accuracy_only_on_items_it_was_not_calibrated_on(tmp_path):
+    """A profile records its data's fingerprint and split: the workload leaves its calibration items
+    out; on other data, or without a recorded split, accuracy is not measured and the bench says so."""
+    from llamadecide.bench.run import profile_holdout, workload
+    from llamadecide.calibration.data import file_fingerprint, read_labelled
+    from llamadecide.calibration.profile import CalibrationProfile
+    from llamadecide.calibration.run import split
+
+    data = tmp_path / "data.tsv"
+    data.write_text("".join(f"item {n}\t{'World' if n % 2 else 'Sports'}\n" for n in range(40)), encoding="utf-8")
+    labelled = read_labelled(data, text_column="0", label_column="1")
+
+    def profile(fingerprint: str, split_record: dict | None) -> None:
+        CalibrationProfile(
+            name="p",
+            created="",
+            model_sha256="0" * 64,
+            prompt_format="llamadecide-1",
+            task={"type": "choice", "instructions": "x", "options": ["World", "Sports"]},
+            mode="text",
+            calibrator="none",
+            length_normalize=False,
+            temperature=1.0,
+            target_precision=0.9,
+            confidence_level=0.95,
+            dataset_fingerprint=fingerprint,
+            metrics={"split": split_record} if split_record else {},
+        ).save(tmp_path / "profile.json")
+
+    profile(file_fingerprint(data, "0", "1"), {"seed": 3, "items": 40, "calibration": 24, "test": 16})
+    held, note = profile_holdout(tmp_path / "profile.json", data, "0", "1", len(labelled))
+    calibration, _ = split(40, 24, 16, 3)
+    assert note is None and held == {int(i) for i in calibration}
+    chosen = workload(labelled, 64, exclude=held)
+    assert len(chosen) == 16 and not {item.id for item in chosen} & {str(i) for i in held}
+    profile("another file", {"seed": 3, "items": 40, "calibration": 24, "test": 16})
+    held, note = profile_holdout(tmp_path / "profile.json", data, "0", "1", 40)
+    assert held == set() and "other data" in note
+    profile(file_fingerprint(data, "0", "1"), None)
+    assert "does not record" in profile_holdout(tmp_path / "profile.json", data, "0", "1", 40)[1]

@@ -12,7 +12,6 @@ from llamadecide.decisions import Decider, Scoring, choice, maths
 from llamadecide.decisions.prompt import build_messages
 from llamadecide.decisions.rules import Head
 from llamadecide.engine import Engine, bundled_model_path
-from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY
 
 TEXT = "I lost my card yesterday and I think someone is using it, can you block it?"
 
@@ -47,7 +46,7 @@ def test_every_bounded_probability_is_within_its_bound_of_the_exact_one(lazy_eng
     assert exact.bound == 0.0
     assert 0.0 < bounded.bound <= epsilon
     gap = np.abs(np.array(exact.probabilities) - np.array(bounded.probabilities))
-    assert gap.max() <= bounded.bound + LAYOUT_NOISE_PROBABILITY
+    assert gap.max() <= bounded.bound
     assert sum(bounded.probabilities) == pytest.approx(1.0)
     assert work["decode_calls"] > 1  # tail and root first, then the likeliest subtrees
     if epsilon == 0.05:  # a loose bound leaves most of the trie unevaluated
@@ -83,7 +82,7 @@ def test_engine_rows_are_nan_exactly_where_the_trie_was_not_expanded(lazy_engine
         known = ~np.isnan(partial)
         assert known[0]  # every first token comes from the root
         assert not known[int(np.argmin(known)) :].any() if not known.all() else True  # known part is a prefix
-        assert partial[known] == pytest.approx(full[known], abs=LAYOUT_NOISE)
+        assert np.array_equal(partial[known], full[known])
 
 
 def test_a_head_takes_the_hidden_state_from_the_scoring_call(engine):

@@ -81,11 +81,23 @@ def test_bias_fit_corrects_a_prior_shift():
 
 
 def test_length_normalisation_needs_lengths_and_cv_prefers_the_truth():
-    L, y = _synthetic_overconfident(1500)
+    """Answers whose log-likelihoods grow with their token count while the label follows the score per
+    token: among the candidates with and without length normalisation, cross-validation prefers the
+    normalised ones (and a fit asked to normalise without lengths refuses)."""
+    rng = np.random.default_rng(3)
+    n, k = 1500, 3
+    per_token = rng.normal(-1.0, 1.0, (n, k))
+    y = np.array([rng.choice(k, p=np.exp(row) / np.exp(row).sum()) for row in 3 * per_token])
+    lengths = rng.integers(1, 8, (n, k)).astype(float)
+    L = per_token * lengths
     with pytest.raises(ValueError):
         fit(L, None, y, kind="temperature", length_normalize=True)
-    cv = {c.label: cross_validated(L, None, y, c)["nll"] for c in candidates(False)}
-    assert cv["temperature"] < cv["none"]
+    offered = candidates(True)
+    assert {c.length_normalize for c in offered} == {False, True}
+    cv = {(c.kind, c.length_normalize): cross_validated(L, lengths, y, c)["nll"] for c in offered}
+    for kind in ("none", "temperature", "temperature+bias"):
+        assert cv[(kind, True)] < cv[(kind, False)]
+    assert min(cv, key=cv.get)[1] is True
 
 
 def test_fitted_calibrator_equals_what_the_server_applies():

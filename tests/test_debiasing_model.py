@@ -13,7 +13,7 @@ from llamadecide.decisions.rotations import rotate
 from llamadecide.decisions.rules import Demonstration, Head
 from llamadecide.engine import Engine, ScoringInput
 from llamadecide.errors import InvalidRequestError
-from test_scoring_model import LAYOUT_NOISE, LAYOUT_NOISE_PROBABILITY
+from test_scoring_model import ROUNDING
 
 NEWS = "The central bank raised interest rates by half a point, sending bond yields to a ten-year high."
 TOPIC = ["World", "Sports", "Business", "Science"]
@@ -80,8 +80,8 @@ def test_full_rotation_makes_the_answer_independent_of_option_order(engine):
     base = decider.decide(NEWS, [question], scoring=rule).answers[0]
     shifted = decider.decide(NEWS, [rotate(question, 1)], scoring=rule).answers[0]
     by_value = {o.value: o.probability for o in shifted.options}
-    # Same four prompts either way, evaluated in another batch order: equal within layout noise.
-    assert [by_value[o.value] for o in base.options] == pytest.approx(base.probabilities, abs=LAYOUT_NOISE_PROBABILITY)
+    # Same four prompts either way, evaluated in another batch order: the same numbers, averaged in another order.
+    assert [by_value[o.value] for o in base.options] == pytest.approx(base.probabilities, abs=ROUNDING)
     plain = decider.decide(NEWS, [question]).answers[0]
     plain_shifted = decider.decide(NEWS, [rotate(question, 1)]).answers[0]
     unrotated_gap = max(
@@ -99,7 +99,7 @@ def test_rotated_scores_are_the_mean_of_each_rotation(engine):
     singles = [decider.decide(NEWS, [rotate(question, s)]).answers[0] for s in (0, 2)]
     for option in combined.options:
         each = [next(o.logprob for o in answer.options if o.value == option.value) for answer in singles]
-        assert option.logprob == pytest.approx(np.mean(each), abs=LAYOUT_NOISE)
+        assert option.logprob == pytest.approx(np.mean(each), abs=ROUNDING)
 
 
 def test_rotation_errors_are_the_callers(engine):

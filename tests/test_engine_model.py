@@ -1,5 +1,6 @@
 """The engine with the real bundled model: template, tokens, generation, errors."""
 
+import numpy as np
 import pytest
 
 from conftest import bundled_model_path, engine_config
@@ -84,12 +85,24 @@ def test_empty_inputs_are_refused(engine):
 
 
 def test_options_beyond_the_sequence_limit_are_grouped(engine):
+    """Four KV sequences leave one for options (prompt, a pin, scratch): ten options are ten groups,
+    each its own call, where an engine with sequences to spare takes them in one; every score is
+    the from-scratch one."""
     small = Engine(engine_config(engine.model_path, n_ctx=1024, n_seq_max=4))
     prefix = chat(small, "Pick a number.")
     continuations = [small.tokenize(str(i)) + small.end_of_answer for i in range(10)]
+    small.score_continuations(prefix[:-1], [prefix[-1:]])  # the prompt in the cache: only the options are counted
+    before = small.counters["decode_calls"]
     grouped = small.score_continuations(prefix, continuations)
+    assert small.counters["decode_calls"] - before == len(continuations)
+    engine.clear_cache()
+    engine.score_continuations(prefix[:-1], [prefix[-1:]])
+    before = engine.counters["decode_calls"]
+    together = engine.score_continuations(prefix, continuations)
+    assert engine.counters["decode_calls"] - before == 1
+    assert all(np.array_equal(a, b) for a, b in zip(together, grouped))
     for continuation, scores in zip(continuations, grouped):
-        assert scores[0] == pytest.approx(small.score_naive(prefix + continuation, len(prefix))[0], abs=1e-6)
+        assert scores[0] == small.score_naive(prefix + continuation, len(prefix))[0]
 
 
 def test_a_file_that_is_not_gguf_is_a_typed_error(tmp_path):

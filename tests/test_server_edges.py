@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 
@@ -344,16 +345,32 @@ def test_fifty_concurrent_mixed_requests(server):
     assert httpx.get(f"{server.url}/health", timeout=120).json()["status"] == "ok"
 
 
-def test_disconnected_stream_frees_the_engine(server):
+def _decode_calls(server) -> float:
+    text = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=30).text
+    return float(re.search(r"^llamadecide_engine_decode_calls_total (\S+)$", text, re.M).group(1))
+
+
+def test_disconnected_stream_frees_the_engine(server, engine):
+    """A stream that would run 400 tokens (end-of-turn forbidden) stops within a few tokens of its
+    client hanging up: the engine's decode calls (one a token) stop well short of 400, and the next
+    request is served."""
+    forbidden = {str(t): -100 for t in {*engine.tokenize("<|im_end|>"), *engine.tokenize("<|endoftext|>")}}
     body = {
         "model": "m",
         "messages": [{"role": "user", "content": "Write a long story."}],
         "max_tokens": 400,
+        "logit_bias": forbidden,
         "stream": True,
     }
+    before = _decode_calls(server)
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, headers=AUTH, timeout=60) as response:
         for _ in response.iter_lines():
             break  # read one event, then hang up
+    settled, previous = _decode_calls(server), -1.0
+    while settled != previous:  # until the generation has stopped
+        time.sleep(0.5)
+        previous, settled = settled, _decode_calls(server)
+    assert settled - before < 200  # to its end it would have taken 400 calls
     quick = httpx.post(f"{server.url}/v1/decisions", json=decision(), headers=AUTH, timeout=30)
     assert quick.status_code == 200
 

@@ -21,6 +21,8 @@ def markdown(results: dict) -> str:
         "floor efficiency |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    if results.get("accuracy"):
+        lines.insert(0, f"Accuracy {results['accuracy']}.\n")
     for r in results["levels"]:
         lines.append(
             f"| {r['device']} | {r['kind']} | {r['concurrency']} | {fmt(r['p50_s'])} | {fmt(r['p95_s'])} | "

@@ -100,6 +100,8 @@ def run_calibration(
     measured = measure(scored, choice, fit, (cal_idx, test_idx), y, certified, config.conformal_alpha)
     summary = summarise(backend, task, config, scored, choice, fit, certified, measured, (cal_idx, test_idx), y)
     summary["certification"] = certification_counts(draws)
+    summary["split"]["items"] = len(items)  # with the sizes as split, `split` gives the parts back
+    summary["split"]["as_split"] = {"calibration": int(len(parts[0])), "test": int(len(parts[1]))}
     profile = build_profile(summary, config, choice, fit, scored[choice.variant], certified.threshold, lineage)
     summary["profile"] = {"name": profile.name, "version": profile.version, "parent": profile.parent}
     if lineage is not None:
@@ -416,6 +418,12 @@ def build_profile(
             "test_calibrated": _headline(summary["test"]["calibrated"]),
             "threshold_test": summary["threshold"]["test"],
             "certification": summary.get("certification"),
+            # Which items of its data it was calibrated on (`bench --profile` measures accuracy on the others).
+            "split": {
+                "seed": summary["split"]["seed"],
+                "items": summary["split"]["items"],
+                **summary["split"]["as_split"],
+            },
         },
     )
 

@@ -36,6 +36,14 @@ def shutting_down() -> APIError:
     )
 
 
+def _client_closed(future: asyncio.Future) -> APIError:
+    """The answer for a request whose client left; its job's own outcome (often `Abandoned`) is
+    taken, so that no unretrieved exception is logged when the future is collected."""
+    if not future.cancelled():
+        future.exception()
+    return APIError(499, "the client closed the request", type="client_closed", code="client_closed")
+
+
 @dataclass
 class Job:
     """What a running job checks (`cancelled`) and why it was cancelled."""
@@ -145,7 +153,7 @@ class EngineScheduler:
                 if disconnected is not None and await disconnected():
                     cancelled.set()
                     await asyncio.wait({future})  # not started: ends at once; running: stops or finishes
-                    raise APIError(499, "the client closed the request", type="client_closed", code="client_closed")
+                    raise _client_closed(future)
             try:
                 result = future.result()
             except Abandoned:
@@ -188,7 +196,7 @@ class EngineScheduler:
                 if disconnected is not None and await disconnected():
                     job.cancelled.set()
                     await asyncio.wait({future})
-                    raise APIError(499, "the client closed the request", type="client_closed", code="client_closed")
+                    raise _client_closed(future)
             try:
                 result = future.result()
             except Abandoned:
