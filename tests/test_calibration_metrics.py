@@ -114,3 +114,24 @@ def test_fitted_calibrator_equals_what_the_server_applies():
         served = maths.normalise(row, temperature=1.7, lengths=lens, bias=calibrator.bias)
         assert served == pytest.approx(probs, abs=1e-12)
     assert maths.confidence(P) == pytest.approx([maths.confidence(p) for p in P])
+
+
+def test_the_reliability_diagram_shows_how_many_items_each_bin_holds():
+    import matplotlib.pyplot as plt
+
+    from llamadecide.calibration.plots import reliability_figure
+
+    rng = np.random.default_rng(0)
+    P = rng.dirichlet([4, 1, 1], 200)
+    P[0] = [0.02, 0.03, 0.95]  # a bin with one item
+    y = rng.integers(0, 3, 200)
+    fig = reliability_figure({"calibrated": P}, y, bins=10)
+    try:
+        points, histogram = fig.axes
+        table = metrics.reliability(P.max(1), P.argmax(1) == y, 10, "width")
+        assert [bar.get_height() for bar in histogram.patches] == [b.count for b in table]
+        sizes = points.collections[0].get_sizes()
+        assert len(sizes) == len(table) and sizes.argmax() == int(np.argmax([b.count for b in table]))
+        assert sizes.min() < sizes.max() / 4  # a bin of one item is drawn small
+    finally:
+        plt.close(fig)

@@ -9,8 +9,8 @@ pad a small call to a deterministic shape (`decoder.plan_calls`).
 The cache is kept compact: used cells are always below free ones, pins lowest (in the order they
 were evaluated), then sequence 0's own cells, then a call's working cells. llama.cpp fills free
 cells from the lowest one a removal left, so every sequence's cells then lie in position order,
-and a row's attention visits them in the same order whatever ran before: with the batch shapes of
-`batches`, a prompt's numbers do not depend on server history. A removal that would leave a hole
+and a row's attention visits them in the same order whatever ran before: with the call shapes of
+`decoder.plan_calls`, a prompt's numbers do not depend on server history. A removal that would leave a hole
 (evicting a pin under another) drops what lies above it and evaluates the surviving pins again.
 
 Room is made before anything is evaluated, so `llama_decode` never runs out of cells: first
