@@ -100,20 +100,68 @@ def test_length_normalisation_needs_lengths_and_cv_prefers_the_truth():
     assert min(cv, key=cv.get)[1] is True
 
 
-def test_fitted_calibrator_equals_what_the_server_applies():
-    """A profile's parameters go through decisions.maths.normalise when served: it must give the
-    same probabilities the calibration run measured."""
-    from llamadecide.decisions import maths
+def test_every_fitted_method_gives_what_its_served_profile_gives():
+    """For every candidate calibrate may choose (zero-shot, temperature, bias, length normalisation,
+    prior correction, heads on log-likelihoods and hidden state or the hidden state alone, each with
+    and without the lexical expert): the probabilities calibrate measures (`Calibrator.apply`,
+    `HeadCalibrator.apply`) equal, to rounding, the ones the server gives from the profile it writes
+    (`CalibrationProfile.scoring()` through `answers.build_answer`)."""
+    from llamadecide.calibration.fitting import content_free_prior_for, fit_candidate
+    from llamadecide.calibration.profile import CalibrationProfile, method_fields
+    from llamadecide.decisions import choice
+    from llamadecide.decisions.answers import OptionTotals, build_answer
 
     rng = np.random.default_rng(5)
-    L = rng.normal(-5, 2, (20, 3))
-    lengths = rng.integers(1, 6, (20, 3)).astype(float)
-    calibrator = Calibrator("temperature+bias", True, 1.7, (0.0, -0.4, 0.9))
-    P = calibrator.apply(L, lengths)
-    for row, lens, probs in zip(L, lengths, P):
-        served = maths.normalise(row, temperature=1.7, lengths=lens, bias=calibrator.bias)
-        assert served == pytest.approx(probs, abs=1e-12)
-    assert maths.confidence(P) == pytest.approx([maths.confidence(p) for p in P])
+    n, k, width = 120, 3, 8
+    y = rng.integers(0, k, n)
+    L = rng.normal(-4, 1.5, (n, k)) + 2.0 * np.eye(k)[y]
+    lengths = rng.integers(1, 6, (n, k)).astype(float)
+    hidden = rng.normal(size=(n, width)) + np.eye(k, width)[y]
+    texts = [f"ticket {i} about {['billing', 'login', 'pricing'][c]}" for i, c in enumerate(y)]
+    content_free = (rng.normal(-3, 1, (2, k)), rng.integers(1, 6, (2, k)).astype(float))
+    question = choice("Which team?", ["billing", "technical support", "sales"])
+    seen = set()
+    for candidate in candidates(True, has_prior=True, has_hidden=True, has_texts=True):
+        prior = content_free_prior_for(candidate, *content_free)
+        calibrator = fit_candidate(candidate, L, lengths, y, prior=prior, hidden=hidden, texts=texts)
+        fitted = calibrator.apply(L, lengths, hidden, texts)
+        profile = CalibrationProfile(
+            name="p",
+            created="",
+            model_sha256="0" * 64,
+            prompt_format="llamadecide-1",
+            task={"type": "choice", "instructions": "Which team?", "options": question_options(question)},
+            mode="text",
+            target_precision=0.9,
+            confidence_level=0.95,
+            dataset_fingerprint="",
+            metrics={},
+            **method_fields(calibrator, candidate),
+        )
+        rule = profile.scoring()
+        for i in range(n):
+            served = build_answer(
+                question,
+                OptionTotals(list(L[i]), list(lengths[i]), hidden[i]),
+                rule,
+                prior=None if rule.prior is None else np.asarray(rule.prior),
+                state_text=texts[i],
+            ).probabilities
+            assert served == pytest.approx(list(fitted[i]), abs=1e-12), candidate.label
+        seen.add(
+            (
+                candidate.kind,
+                candidate.length_normalize,
+                candidate.prior_correction,
+                candidate.lexical,
+                candidate.features,
+            )
+        )
+    assert len(seen) == 16  # 3 kinds x length norm x prior correction, and heads: 2 feature sets x lexical
+
+
+def question_options(question) -> list:
+    return [o.value for o in question.options]
 
 
 def test_the_reliability_diagram_shows_how_many_items_each_bin_holds():

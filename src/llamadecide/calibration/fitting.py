@@ -20,10 +20,12 @@ from llamadecide.decisions.lexical import LexicalModel, fit_lexical
 from llamadecide.decisions.maths import (
     HIDDEN_ONLY,
     LOGLIK_HIDDEN,
+    calibrated_scores,
     content_free_prior,
     head_features,
-    head_probabilities,
+    normalise,
 )
+from llamadecide.decisions.rules import Head
 
 Kind = Literal["none", "temperature", "temperature+bias", "head"]
 HEAD_FITS = FitMemo(96)  # a Banking77 head is about 1 MB
@@ -38,14 +40,6 @@ class Calibrator:
     bias: tuple[float, ...] | None = None
     prior: tuple[float, ...] | None = None  # content-free log prior, subtracted (prior correction)
 
-    def scores(self, L: np.ndarray, lengths: np.ndarray | None) -> np.ndarray:
-        S = L / lengths if self.length_normalize else L
-        if self.prior is not None:
-            S = S - np.asarray(self.prior)
-        if self.bias is not None:
-            S = S + np.asarray(self.bias)
-        return S / self.temperature
-
     def apply(
         self,
         L: np.ndarray,
@@ -53,7 +47,14 @@ class Calibrator:
         hidden: np.ndarray | None = None,
         texts: Sequence[str] | None = None,
     ) -> np.ndarray:
-        return softmax(self.scores(L, lengths))
+        """Its probabilities, by the served maths (`maths.normalise`)."""
+        return normalise(
+            L,
+            temperature=self.temperature,
+            lengths=lengths if self.length_normalize else None,
+            bias=self.bias,
+            prior=self.prior,
+        )
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,11 @@ class HeadCalibrator:
     ) -> np.ndarray:
         if hidden is None:
             raise ValueError("a head needs hidden states (the local backend provides them)")
-        P = head_probabilities(head_features(L, hidden, self.features), self.weights, self.intercept)
-        if self.lexical is None:
-            return P
-        if texts is None:
-            raise ValueError("a head with a lexical expert needs the input texts")
-        return self.lexical.fuse(P, texts, self.mix)
+        return self.served().probabilities_of_rows(None if self.features == HIDDEN_ONLY else L, hidden, texts)
+
+    def served(self) -> Head:
+        """The decisions library's head with these parameters: what a profile of it serves."""
+        return Head(self.weights, self.intercept, self.lexical, self.mix, self.features)
 
 
 def fit_head(
@@ -183,12 +183,6 @@ def _fit_logistic_on(
     return HeadCalibrator(weights, bias, C, features=features)
 
 
-def softmax(S: np.ndarray) -> np.ndarray:
-    S = S - S.max(1, keepdims=True)
-    W = np.exp(S)
-    return W / W.sum(1, keepdims=True)
-
-
 def _nll(S: np.ndarray, y: np.ndarray) -> float:
     S = S - S.max(1, keepdims=True)
     return float(-(S[np.arange(len(y)), y] - np.log(np.exp(S).sum(1))).mean())
@@ -206,10 +200,9 @@ def fit(
 ) -> Calibrator:
     if length_normalize and lengths is None:
         raise ValueError("length normalisation needs token counts (the local backend provides them)")
-    base = L / lengths if length_normalize else L
     prior_t = tuple(float(p) for p in prior) if prior is not None else None
-    if prior is not None:
-        base = base - np.asarray(prior)
+    # The objective reads the scores as served (`maths.calibrated_scores`), temperature and bias apart.
+    base = calibrated_scores(L, lengths=lengths if length_normalize else None, prior=prior)
     if kind == "none":
         return Calibrator("none", length_normalize, prior=prior_t)
     if kind == "temperature":

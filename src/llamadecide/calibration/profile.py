@@ -104,6 +104,22 @@ class HeadParams(BaseModel):
         )
 
 
+def method_fields(calibrator, candidate, hidden_layer: int | None = None) -> dict[str, Any]:
+    """A profile's fields for a fitted calibrator (`calibration.fitting`) of a candidate: what
+    `CalibrationProfile.scoring()` turns back into the served maths."""
+    is_head = getattr(calibrator, "kind", None) == "head"
+    return {
+        "calibrator": calibrator.kind,
+        "length_normalize": calibrator.length_normalize,
+        "temperature": getattr(calibrator, "temperature", 1.0),
+        "bias": list(calibrator.bias) if getattr(calibrator, "bias", None) else None,
+        "method": candidate.method,
+        "prior_correction": candidate.prior_correction,
+        "prior": list(calibrator.prior) if calibrator.prior else None,
+        "head": HeadParams.from_calibrator(calibrator, hidden_layer) if is_head else None,
+    }
+
+
 class DemonstrationParams(BaseModel):
     """A labelled example shown before every question (k-shot): its input text and the index of its
     answer in the task's option order."""

@@ -23,7 +23,7 @@ from llamadecide.calibration.cross_validation import one_blas_thread
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrator
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
-from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, HeadParams
+from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, method_fields
 from llamadecide.calibration.report import write_html
 from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, public, select, usable
 from llamadecide.calibration.thresholds import (
@@ -386,7 +386,6 @@ def build_profile(
 ) -> CalibrationProfile:
     """The profile the server applies: the chosen method's parameters, its threshold, and, for a
     refit, the version after its parent's, naming it."""
-    calibrator = fit.calibrator
     parent = lineage.parent if lineage else None
     return CalibrationProfile(
         name=config.profile_name or (parent.name if parent else summary["task"]["name"]),
@@ -397,18 +396,9 @@ def build_profile(
         prompt_format=choice.variant.prompt_format,
         task=summary["task"],
         mode=choice.variant.mode,
-        calibrator=calibrator.kind,
-        length_normalize=calibrator.length_normalize,
-        temperature=getattr(calibrator, "temperature", 1.0),
-        bias=list(calibrator.bias) if getattr(calibrator, "bias", None) else None,
-        method=choice.candidate.method,
-        prior_correction=choice.candidate.prior_correction,
-        prior=summary["chosen"]["prior"],
+        **method_fields(fit.calibrator, choice.candidate, data.hidden_layer),
         rotations=choice.variant.rotations,
         demonstrations=[DemonstrationParams(input=d.input, option=d.option) for d in data.demonstrations] or None,
-        head=HeadParams.from_calibrator(calibrator, data.hidden_layer)
-        if isinstance(calibrator, HeadCalibrator)
-        else None,
         threshold=threshold.threshold if threshold else None,
         target_precision=config.target_precision,
         confidence_level=config.confidence_level,

@@ -11,18 +11,19 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def normalise(
-    logprobs: Sequence[float],
+def calibrated_scores(
+    logprobs: Sequence[float] | np.ndarray,
     *,
     temperature: float = 1.0,
-    lengths: Sequence[int] | None = None,
+    lengths: Sequence[int] | np.ndarray | None = None,
     bias: Sequence[float] | None = None,
     prior: Sequence[float] | None = None,
 ) -> np.ndarray:
-    """Softmax over the declared options of (log p_k / n_k - prior_k + b_k) / T, where n_k is the
-    option's token count when `lengths` is given (length normalisation), prior_k the log
-    content-free probability of the option (`content_free_prior`) when prior correction is on, and
-    b_k an optional per-option bias fitted by calibration."""
+    """(log p_k / n_k - prior_k + b_k) / T, where n_k is the option's token count when `lengths` is
+    given (length normalisation), prior_k the log content-free probability of the option
+    (`content_free_prior`) when prior correction is on, and b_k an optional per-option bias fitted
+    by calibration. One answer or a matrix of answers (one per row): what calibration fits and what
+    the server applies are this one function."""
     if temperature <= 0:
         raise ValueError("temperature must be positive")
     scores = np.asarray(logprobs, dtype=np.float64)
@@ -32,10 +33,27 @@ def normalise(
         scores = scores - np.asarray(prior, dtype=np.float64)
     if bias is not None:
         scores = scores + np.asarray(bias, dtype=np.float64)
-    scores = scores / temperature
-    scores = scores - scores.max()
-    weights = np.exp(scores)
-    return weights / weights.sum()
+    return scores / temperature
+
+
+def softmax(scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Probabilities over the last axis (rows in, rows out)."""
+    S = np.asarray(scores, dtype=np.float64)
+    S = S - S.max(-1, keepdims=True)
+    weights = np.exp(S)
+    return weights / weights.sum(-1, keepdims=True)
+
+
+def normalise(
+    logprobs: Sequence[float] | np.ndarray,
+    *,
+    temperature: float = 1.0,
+    lengths: Sequence[int] | np.ndarray | None = None,
+    bias: Sequence[float] | None = None,
+    prior: Sequence[float] | None = None,
+) -> np.ndarray:
+    """Softmax over the declared options of `calibrated_scores` (one answer, or one per row)."""
+    return softmax(calibrated_scores(logprobs, temperature=temperature, lengths=lengths, bias=bias, prior=prior))
 
 
 def label_mass(logprobs: Sequence[float]) -> float:

@@ -38,7 +38,16 @@ class Head:
     def probabilities(
         self, logprobs: Sequence[float] | None, hidden: np.ndarray, text: str | None = None
     ) -> np.ndarray:
-        features = maths.head_features(None if logprobs is None else np.asarray(logprobs), hidden, self.features)
+        """One answer's probabilities."""
+        rows = None if logprobs is None else np.asarray(logprobs)[None, :]
+        return self.probabilities_of_rows(rows, np.asarray(hidden)[None, :], None if text is None else [text])[0]
+
+    def probabilities_of_rows(
+        self, logprobs: np.ndarray | None, hidden: np.ndarray, texts: Sequence[str] | None = None
+    ) -> np.ndarray:
+        """Many answers' probabilities (one per row): what calibration measures a fitted head with
+        and what the server applies are this one method."""
+        features = maths.head_features(logprobs, hidden, self.features)
         if features.shape[-1] != self.weights.shape[1]:
             raise InvalidRequestError(
                 f"the calibration head reads {self.weights.shape[1]} features, this model gives {features.shape[-1]}; "
@@ -48,9 +57,9 @@ class Head:
         P = maths.head_probabilities(features, self.weights, self.intercept)
         if self.lexical is None:
             return P
-        if text is None:
+        if texts is None:
             raise ValueError("a head with a lexical expert needs the input text")
-        return self.lexical.fuse(P[None, :], [text], self.mix)[0]
+        return self.lexical.fuse(P, list(texts), self.mix)
 
 
 @dataclass(frozen=True)
