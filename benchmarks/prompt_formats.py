@@ -11,8 +11,9 @@ first request evaluates (and pins) its question prefix: it is timed apart as `fi
 counted in the per-request figures. Per prompt_format: evaluated rows (tokens) and llama_decode calls per
 request, p50 / p95 latency, accuracy of the argmax, and the ratios to `llamadecide-1`.
 
---epsilon runs every prompt format once per bound (0, the server's default: exact; above 0, a large answer
-trie is expanded best-first, `answer_epsilon`), reporting the largest bound an answer had. --head-labels N
+--max-bound runs every prompt format once per bound (0, the server's default: exact; above 0, a large answer
+trie is expanded best-first: the setting `max_probability_bound`), reporting the largest bound an answer
+had. --head-labels N
 also fits, for each question-first prompt format and for the head formats (`llamadecide-4`, the question
 without its options; `llamadecide-5`, the input alone), a head on the hidden state alone (with the
 lexical expert unless --no-lexical; C by cross-validation) on N items of the labelled part, and
@@ -75,13 +76,13 @@ def run_prompt_format(
         cached.append(decision.extra["cached_tokens"])
         correct.append(int(np.argmax(decision.answers[0].probabilities)) == int(y))
         losses.append(-float(np.log(max(decision.answers[0].probabilities[int(y)], 1e-12))))
-        bounds.append(decision.answers[0].bound)
+        bounds.append(decision.answers[0].probability_bound)
     return {
         "prompt_format": rule.prompt_format,
         "shots": len(rule.demonstrations),
         "method": method,
-        "epsilon": decider.epsilon,
-        "max_bound": float(max(bounds)),
+        "max_probability_bound": decider.max_bound,  # allowed
+        "probability_bound": float(max(bounds)),  # the largest an answer had
         "items": len(seconds),
         "rows_per_request": float(np.mean(rows)),
         "decode_calls": float(np.mean(calls)),
@@ -164,8 +165,8 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
     for rule in rules:
         if args.prompt_formats and rule.prompt_format not in args.prompt_formats:
             continue
-        for epsilon in args.epsilon if rule.prompt_format not in HEAD_ONLY_FORMATS else ():  # those show no options
-            record(run_prompt_format(engine, Decider(engine, epsilon=epsilon), question, texts, y[test], rule))
+        for max_bound in args.max_bound if rule.prompt_format not in HEAD_ONLY_FORMATS else ():  # those show no options
+            record(run_prompt_format(engine, Decider(engine, max_bound=max_bound), question, texts, y[test], rule))
         if args.head_labels and rule.prompt_format != PROMPT_FORMAT_VERSION:
             shown = {d.input for d in rule.demonstrations}
             labelled = [int(i) for i in pool if items[i].text not in shown][: args.head_labels]
@@ -199,7 +200,7 @@ def run_dataset(engine: Engine, name: str, args) -> list[dict]:
             if r["prompt_format"] == PROMPT_FORMAT_VERSION
             and r["shots"] == 0
             and r["method"] == "zero-shot"
-            and r["epsilon"] == min(args.epsilon, default=0.0)
+            and r["max_probability_bound"] == min(args.max_bound, default=0.0)
         ),
         None,
     )
@@ -217,7 +218,7 @@ def print_table(rows: list[dict], console: Console, title: str) -> None:
         "prompt_format",
         "shots",
         "method",
-        "epsilon",
+        "allowed bound",
         "rows/request",
         "decode calls",
         "p50 s",
@@ -234,7 +235,7 @@ def print_table(rows: list[dict], console: Console, title: str) -> None:
             r["prompt_format"],
             str(r["shots"]),
             r["method"],
-            f"{r['epsilon']:g}",
+            f"{r['max_probability_bound']:g}",
             f"{r['rows_per_request']:.1f}",
             f"{r['decode_calls']:.2f}",
             f"{r['p50_s']:.3f}",
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--prompt-formats", "--layouts", nargs="*", default=None, help="only these prompt formats")
     parser.add_argument(
-        "--epsilon",
+        "--max-bound",
         type=float,
         nargs="*",
         default=[0.0],

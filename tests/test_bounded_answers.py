@@ -1,4 +1,4 @@
-"""Answers that skip work: the best-first (lazy) answer trie with its certified bound, heads that
+"""Answers that skip work: the best-first answer trie with its certified bound, heads that
 read the hidden state in the scoring call or alone, on the real bundled model."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ TEXT = "I lost my card yesterday and I think someone is using it, can you block 
 
 
 @pytest.fixture(scope="module")
-def lazy_engine() -> Engine:
+def bf_engine() -> Engine:
     """Lazy from 8 trie nodes up, so that a question of the size tests can afford takes that path."""
     return Engine(engine_config(bundled_model_path(), n_ctx=4096, call_cost_rows=8))
 
@@ -36,48 +36,48 @@ def counted(engine, work):
     return result, {key: engine.counters[key] - before[key] for key in ("decode_calls", "rows")}
 
 
-@pytest.mark.parametrize("epsilon", [0.05, 0.001])
-def test_every_bounded_probability_is_within_its_bound_of_the_exact_one(lazy_engine, intents, epsilon):
-    exact, exact_work = counted(lazy_engine, lambda: Decider(lazy_engine).decide(TEXT, [intents]).answers[0])
-    lazy_engine.clear_cache()
+@pytest.mark.parametrize("max_bound", [0.05, 0.001])
+def test_every_bounded_probability_is_within_its_bound_of_the_exact_one(bf_engine, intents, max_bound):
+    exact, exact_work = counted(bf_engine, lambda: Decider(bf_engine).decide(TEXT, [intents]).answers[0])
+    bf_engine.clear_cache()
     bounded, work = counted(
-        lazy_engine, lambda: Decider(lazy_engine, epsilon=epsilon).decide(TEXT, [intents]).answers[0]
+        bf_engine, lambda: Decider(bf_engine, max_bound=max_bound).decide(TEXT, [intents]).answers[0]
     )
-    assert exact.bound == 0.0
-    assert 0.0 < bounded.bound <= epsilon
+    assert exact.probability_bound == 0.0
+    assert 0.0 < bounded.probability_bound <= max_bound
     gap = np.abs(np.array(exact.probabilities) - np.array(bounded.probabilities))
-    assert gap.max() <= bounded.bound
+    assert gap.max() <= bounded.probability_bound
     assert sum(bounded.probabilities) == pytest.approx(1.0)
     assert work["decode_calls"] > 1  # tail and root first, then the likeliest subtrees
-    if epsilon == 0.05:  # a loose bound leaves most of the trie unevaluated
+    if max_bound == 0.05:  # a loose bound leaves most of the trie unevaluated
         assert work["rows"] < exact_work["rows"]
         assert bounded.choice == exact.choice
 
 
-def test_the_bound_only_applies_to_plain_softmax_answers_and_large_tries(lazy_engine, intents):
-    decider = Decider(lazy_engine, epsilon=0.05)
+def test_the_bound_only_applies_to_plain_softmax_answers_and_large_tries(bf_engine, intents):
+    decider = Decider(bf_engine, max_bound=0.05)
     tempered = decider.decide(TEXT, [intents], scoring=Scoring(temperature=2.0)).answers[0]
-    assert tempered.bound == 0.0 and all(o.logprob is not None for o in tempered.options)
+    assert tempered.probability_bound == 0.0 and all(o.logprob is not None for o in tempered.options)
     small = decider.decide(TEXT, [choice("Is this about a card?", ["yes", "no"])]).answers[0]
-    assert small.bound == 0.0  # a trie under call_cost_rows is cheaper in one pass
+    assert small.probability_bound == 0.0  # a trie under call_cost_rows is cheaper in one pass
 
 
 def test_the_default_engine_keeps_small_tries_exact_and_in_one_call(engine):
     question = choice("Which team?", ["Billing", "Technical support", "Account security"])
-    answer, work = counted(engine, lambda: Decider(engine, epsilon=0.01).decide(TEXT, [question]).answers[0])
-    assert answer.bound == 0.0 and work["decode_calls"] == 1
+    answer, work = counted(engine, lambda: Decider(engine, max_bound=0.01).decide(TEXT, [question]).answers[0])
+    assert answer.probability_bound == 0.0 and work["decode_calls"] == 1
 
 
-def test_engine_rows_are_nan_exactly_where_the_trie_was_not_expanded(lazy_engine, intents):
-    decider = Decider(lazy_engine)
+def test_engine_rows_are_nan_exactly_where_the_trie_was_not_expanded(bf_engine, intents):
+    decider = Decider(bf_engine)
     item = decider.planner.tokenize(TEXT, intents)
     local = min(item.boundaries)
     continuations = [s[local:] for s in item.sequences]
     prefix = item.sequences[0][:local]
-    exact = lazy_engine.score_trie(prefix, continuations)
-    lazy = lazy_engine.score_trie(prefix, continuations, epsilon=2.0)
-    assert not exact.lazy and all(exact.complete)
-    assert lazy.lazy and 0 < sum(lazy.complete) < len(continuations)
+    exact = bf_engine.score_trie(prefix, continuations)
+    lazy = bf_engine.score_trie(prefix, continuations, max_bound=2.0)
+    assert not exact.best_first and all(exact.complete)
+    assert lazy.best_first and 0 < sum(lazy.complete) < len(continuations)
     for full, partial in zip(exact.rows, lazy.rows):
         known = ~np.isnan(partial)
         assert known[0]  # every first token comes from the root

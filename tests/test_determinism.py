@@ -99,12 +99,12 @@ def test_answers_do_not_depend_on_server_history():
     engine = Engine(engine_config(bundled_model_path(), n_ctx=1536, pinned_prefixes=3, call_cost_rows=16))
     try:
         requests = _requests(engine)
-        deciders = {0.0: Decider(engine), 0.2: Decider(engine, epsilon=0.2)}
+        deciders = {0.0: Decider(engine), 0.2: Decider(engine, max_bound=0.2)}
         fresh: dict[int, list[list[float]]] = {}
 
         def decide(index: int) -> list[list[float]]:
-            state, questions, rule, epsilon = requests[index]
-            decision = deciders[epsilon].decide(state, questions, scoring=rule)
+            state, questions, rule, max_bound = requests[index]
+            decision = deciders[max_bound].decide(state, questions, scoring=rule)
             return [answer.probabilities for answer in decision.answers]
 
         for index in range(len(requests)):

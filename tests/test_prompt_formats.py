@@ -206,7 +206,7 @@ def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
                 "1",
                 "--head-labels",
                 "12",
-                "--epsilon",
+                "--max-bound",
                 "0.001",
                 "--json",
                 str(out),
@@ -235,8 +235,8 @@ def test_the_prompt_format_benchmark_prints_its_figures(tmp_path, capsys):
         assert row["dataset"] == "sst2" and row["decode_calls"] == 1.0 and row["p50_s"] > 0
         assert row.get("head_layer", layer) == layer
         assert 0 <= row["accuracy"] <= 1 and row["rows_per_request"] > 0
-        assert row["epsilon"] == (0.001 if row["method"] == "zero-shot" else 0.0)  # a head needs every answer exact
-        assert row["max_bound"] == 0.0  # two answers: never worth a second call
+        assert row["max_probability_bound"] == (0.001 if row["method"] == "zero-shot" else 0.0)  # a head: all exact
+        assert row["probability_bound"] == 0.0  # two answers: never worth a second call
     assert max(r["rows_per_request"] for r in rows[1:]) < rows[0]["rows_per_request"]
     for plain, headed in zip(rows[1:9:2], rows[2:9:2]):  # the head evaluates the prompt alone: no answer trie
         assert headed["rows_per_request"] < plain["rows_per_request"]

@@ -99,8 +99,8 @@ def answer_record(answer: Answer, threshold: float | None = None) -> dict[str, A
         record["score"] = answer.score
     if answer.question.type == "predicate":
         record["probability"] = answer.probability
-    if answer.bound:
-        record["probability_bound"] = answer.bound
+    if answer.probability_bound:
+        record["probability_bound"] = answer.probability_bound
     if threshold is not None:
         record["action"] = "auto" if answer.confidence >= threshold else "escalate"
     return record

@@ -158,9 +158,9 @@ class Settings(BaseSettings):
         64,
         ge=1,
         description="What one llama_decode call costs in batch rows (the weights are streamed once a call); answer "
-        "tries with at least this many nodes may be expanded best-first under answer_epsilon",
+        "tries with at least this many nodes may be expanded best-first under max_probability_bound",
     )
-    answer_epsilon: float = Field(
+    max_probability_bound: float = Field(
         0.0,
         ge=0.0,
         lt=1.0,

@@ -20,7 +20,7 @@ class OptionScore:
     value: OptionValue
     answer_text: str
     # log p(answer tokens + end-of-answer marker | prompt); None when the question's head reads the
-    # hidden state alone (the answers are not scored). Under a bound (Answer.bound > 0) an option the
+    # hidden state alone (the answers are not scored). Under a bound (Answer.probability_bound > 0) an option the
     # evaluation left unexpanded gets its share of the probability its unexpanded prefix leaves.
     logprob: float | None
     n_tokens: int  # tokens scored for the option (0 when the answers are not scored)
@@ -35,9 +35,9 @@ class Answer:
     confidence: float
     scoring: Scoring
     prompt_format: str = PROMPT_FORMAT_VERSION
-    # 0: every probability exact. Otherwise the answers were expanded best-first (`Decider.epsilon`)
+    # 0: every probability exact. Otherwise the answers were expanded best-first (`Decider.max_bound`)
     # and every probability is within this of the exact one.
-    bound: float = 0.0
+    probability_bound: float = 0.0
 
     @property
     def probabilities(self) -> list[float]:
@@ -80,7 +80,7 @@ class OptionTotals:
     logprobs: list[float] | None
     lengths: list[int]
     hidden: np.ndarray | None = None
-    bound: float = 0.0
+    probability_bound: float = 0.0
 
 
 def bounded_totals(
@@ -142,4 +142,6 @@ def build_answer(
         for o, text, lp, n, p in zip(question.options, question.answer_texts(), logprobs, totals.lengths, probabilities)
     )
     mass = maths.label_mass(scores) if scores is not None else None
-    return Answer(question, options, mass, maths.confidence(probabilities), rule, rule.prompt_format, totals.bound)
+    return Answer(
+        question, options, mass, maths.confidence(probabilities), rule, rule.prompt_format, totals.probability_bound
+    )

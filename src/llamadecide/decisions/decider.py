@@ -52,13 +52,13 @@ class _Request:
 
 
 class Decider:
-    def __init__(self, engine: ScoringEngine, *, prior_cache_size: int = 512, epsilon: float = 0.0) -> None:
-        """epsilon > 0 lets `decide` expand a plain softmax question's answers best-first when they
-        are many (the engine's `call_cost_rows`): every probability is then within `epsilon` of the
-        exact one, and the answer says by how much (`Answer.bound`). 0: always exact."""
-        self.planner = QuestionPlanner(engine, epsilon=epsilon)
+    def __init__(self, engine: ScoringEngine, *, prior_cache_size: int = 512, max_bound: float = 0.0) -> None:
+        """max_bound > 0 lets `decide` expand a plain softmax question's answers best-first when they
+        are many (the engine's `call_cost_rows`): every probability is then within `max_bound` of the
+        exact one, and the answer says by how much (`Answer.probability_bound`). 0: always exact."""
+        self.planner = QuestionPlanner(engine, max_bound=max_bound)
         self.engine = engine
-        self.epsilon = epsilon
+        self.max_bound = max_bound
         self._priors: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self._prior_cache_size = prior_cache_size
 
@@ -91,7 +91,10 @@ class Decider:
         for index, item in enumerate(requests):
             try:
                 request = self._request(item.state, item.questions, item.scoring)
-                if len(request.questions) == 1 and evaluation(request.rules[0], self.epsilon) is not Evaluation.BOUNDED:
+                if (
+                    len(request.questions) == 1
+                    and evaluation(request.rules[0], self.max_bound) is not Evaluation.BOUNDED
+                ):
                     [plan] = self.planner.plan(request.state_text, request.ordered_questions, request.ordered_rules)
                     if item.limits is not None:
                         item.limits.check_work(plan.work)

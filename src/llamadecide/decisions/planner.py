@@ -49,13 +49,13 @@ class Plan:
 class QuestionPlanner:
     """Plans, pins and scores questions on one engine. Not thread-safe (the engine serialises calls)."""
 
-    def __init__(self, engine: ScoringEngine, *, epsilon: float = 0.0) -> None:
-        """epsilon > 0: a plain softmax question's answers may be expanded best-first, each probability
-        within epsilon of the exact one (`rules.evaluation`). 0: always exact."""
-        if epsilon < 0 or epsilon >= 1:
-            raise ValueError("epsilon must be in [0, 1)")
+    def __init__(self, engine: ScoringEngine, *, max_bound: float = 0.0) -> None:
+        """max_bound > 0: a plain softmax question's answers may be expanded best-first, each probability
+        within max_bound of the exact one (`rules.evaluation`). 0: always exact."""
+        if max_bound < 0 or max_bound >= 1:
+            raise ValueError("max_bound must be in [0, 1)")
         self.engine = engine
-        self.epsilon = epsilon
+        self.max_bound = max_bound
         self.tokens = QuestionTokenizer(engine)
 
     def tokenize(
@@ -74,7 +74,7 @@ class QuestionPlanner:
         plans, previous = [], []
         for question, rule in zip(questions, rules):
             rule.check()
-            how = evaluation(rule, self.epsilon)
+            how = evaluation(rule, self.max_bound)
             if how is Evaluation.HIDDEN_ONLY:  # no answer is read: the prompt alone
                 shown_first = shown(question, rule.demonstrations, 0)
                 rotations = [(0, self.tokens.prompt_only(state_text, question, shown_first, rule.prompt_format))]
@@ -154,7 +154,7 @@ class QuestionPlanner:
                     plan.continuations,
                     hidden=hidden or plan.rule.head is not None,
                     hidden_layer=layer,
-                    epsilon=self.epsilon if plan.how is Evaluation.BOUNDED else 0.0,
+                    max_bound=self.max_bound if plan.how is Evaluation.BOUNDED else 0.0,
                 )
                 reused = trie.cached_tokens
                 totals.append(self.combine(plan, trie))
@@ -170,7 +170,7 @@ class QuestionPlanner:
     @staticmethod
     def combine(plan: Plan, trie: TrieScores) -> OptionTotals:
         first = plan.rotations[0][1]
-        if trie.lazy:
+        if trie.best_first:
             scores, bound = bounded_totals(plan.continuations, trie.rows, [b - plan.local for b in first.boundaries])
             return OptionTotals(scores, first.answer_lengths, trie.hidden, bound)
         k = len(plan.question.options)

@@ -121,8 +121,8 @@ class Evaluation(Enum):
     HIDDEN_ONLY = "hidden state"  # no answer scored: the head reads the hidden state alone
 
 
-def evaluation(rule: Scoring, epsilon: float) -> Evaluation:
-    """How a question under `rule` is evaluated when the server allows answers within `epsilon`
+def evaluation(rule: Scoring, max_bound: float) -> Evaluation:
+    """How a question under `rule` is evaluated when the server allows answers within `max_bound`
     of exact. A bound on the unexpanded answers' total probability carries over only to
     probabilities that are the softmax of the raw log-likelihoods: a head reads every option's
     exact log-likelihood; a prior, bias, temperature or length normalisation reweights them one by
@@ -137,7 +137,7 @@ def evaluation(rule: Scoring, epsilon: float) -> Evaluation:
         and not rule.length_normalize
         and rule.rotations == 1
     )
-    return Evaluation.BOUNDED if plain and epsilon > 0 else Evaluation.EXACT
+    return Evaluation.BOUNDED if plain and max_bound > 0 else Evaluation.EXACT
 
 
 def per_question(scoring: Sequence[Scoring | None] | Scoring | None, count: int) -> list[Scoring]:

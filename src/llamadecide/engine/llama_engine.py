@@ -251,19 +251,19 @@ class Engine:
         *,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        epsilon: float = 0.0,
+        max_bound: float = 0.0,
     ) -> TrieScores:
         """Score every continuation of `prefix` as a token trie: the part of the prefix the cache
         lacks and the trie go in the same calls. With `hidden`, the hidden state at the prefix's last
         token comes from the same calls (what a fitted head reads; `hidden_layer`: the output of that
-        block, `readable_layers`, instead of the final state). With `epsilon` > 0 and a trie of
+        block, `readable_layers`, instead of the final state). With `max_bound` > 0 and a trie of
         at least `call_cost_rows` nodes, the trie is expanded best-first until the continuations left
-        unexpanded hold at most `epsilon` times the probability found; their tokens below the
+        unexpanded hold at most `max_bound` times the probability found; their tokens below the
         frontier are NaN."""
         self._check_layer(hidden_layer)
         with self._lock:
             return self._scorer.score_trie(
-                prefix, continuations, hidden=hidden, hidden_layer=hidden_layer, epsilon=epsilon
+                prefix, continuations, hidden=hidden, hidden_layer=hidden_layer, max_bound=max_bound
             )
 
     def score_many(self, inputs: Sequence[ScoringInput]) -> list[TrieScores]:

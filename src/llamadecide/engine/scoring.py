@@ -50,25 +50,25 @@ class Scorer:
         *,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        epsilon: float = 0.0,
+        max_bound: float = 0.0,
     ) -> TrieScores:
         if not prefix:
             raise InvalidRequestError("the prompt is empty")
         if not continuations or any(len(c) == 0 for c in continuations):
             raise InvalidRequestError("every continuation needs at least one token")
-        if epsilon < 0:
-            raise InvalidRequestError("epsilon must not be negative", param="epsilon")
+        if max_bound < 0:
+            raise InvalidRequestError("max_bound must not be negative", param="epsilon")
         kv = self.kv
         check_fits(kv.n_ctx, len(prefix) + max(len(c) for c in continuations), "the prompt with its longest answer")
         budget = kv.n_ctx - (len(prefix) - 1) - MIN_CALL_ROWS
         groups = plan_groups(continuations, max_members=kv.max_working, max_nodes=budget)
-        if epsilon > 0 and len(groups) == 1:
+        if max_bound > 0 and len(groups) == 1:
             nodes = build_trie(prefix[-1], continuations)
             if sum(1 for n in nodes if n.children) >= self.call_cost_rows:
                 kv.make_room(prefix[:-1], trie_rows(continuations))
                 cached = kv.prepare(prefix[:-1])
-                rows, state = self._score_lazy(prefix, continuations, nodes, epsilon, hidden, hidden_layer)
-                return TrieScores(rows, state, lazy=True, cached_tokens=cached)
+                rows, state = self._score_best_first(prefix, continuations, nodes, max_bound, hidden, hidden_layer)
+                return TrieScores(rows, state, best_first=True, cached_tokens=cached)
         results: list[np.ndarray] = [np.empty(0)] * len(continuations)
         state, cached = None, 0
         for number, group in enumerate(groups):
@@ -116,12 +116,12 @@ class Scorer:
         self.kv.extend(prefix[len(self.kv.prompt) : -1])
         return gather(nodes, continuations, {i: found[tail + r] for r, i in enumerate(inner)}), state
 
-    def _score_lazy(
+    def _score_best_first(
         self,
         prefix: Sequence[int],
         continuations: Sequence[Sequence[int]],
         nodes: list,
-        epsilon: float,
+        max_bound: float,
         hidden: bool,
         hidden_layer: int | None,
     ) -> tuple[list[np.ndarray], np.ndarray | None]:
@@ -129,7 +129,7 @@ class Scorer:
         and the root (every continuation's first token). Each further call expands the unexpanded
         nodes of highest prefix probability, each with its whole subtree (so its continuations
         complete in that call), until the prefix probability left on the frontier is at most
-        `epsilon` times the probability of the completed continuations: every continuation under
+        `max_bound` times the probability of the completed continuations: every continuation under
         the frontier is at most its frontier node's probability, so together they hold at most
         that much. After two such calls the rest is expanded whole (exact)."""
         base = len(prefix) - 1
@@ -147,7 +147,7 @@ class Scorer:
             for round_number in range(3):
                 front, complete_mass = frontier(nodes, expanded)
                 frontier_mass = sum(mass for _, mass in front)
-                if not front or frontier_mass <= epsilon * complete_mass:
+                if not front or frontier_mass <= max_bound * complete_mass:
                     break
                 if round_number == 2:
                     chosen = [index for index, _ in front]
@@ -157,7 +157,7 @@ class Scorer:
                     share = min(1.0, complete_mass / taken) if taken > 0 else 1.0
                     chosen, left = [], frontier_mass
                     for index, mass in sorted(front, key=lambda item: -item[1]):
-                        if left <= epsilon * (complete_mass + share * (frontier_mass - left)):
+                        if left <= max_bound * (complete_mass + share * (frontier_mass - left)):
                             break
                         chosen.append(index)
                         left -= mass

@@ -30,14 +30,14 @@ class GenerationResult:
 @dataclass(frozen=True)
 class TrieScores:
     """What `Engine.score_trie` computed. rows: for every continuation, the log-probability of each
-    of its tokens given the prefix and its own earlier tokens; NaN where a lazy evaluation never
+    of its tokens given the prefix and its own earlier tokens; NaN where a best-first evaluation never
     expanded the node that predicts it (the continuation's probability is then at most that of its
     evaluated part). hidden: the hidden state at the prefix's last token, when asked for.
     cached_tokens: how many prefix tokens came from the KV cache instead of being evaluated."""
 
     rows: list[np.ndarray]
     hidden: np.ndarray | None = None
-    lazy: bool = False
+    best_first: bool = False
     cached_tokens: int = 0
 
     @property

@@ -125,7 +125,7 @@ class Runtime:
             self.profile_store = store
             log.info("calibration profiles loaded: %s", ", ".join(store.profiles) or "none")
         decisions = DecisionServing(
-            Decider(engine, epsilon=self.settings.answer_epsilon),
+            Decider(engine, max_bound=self.settings.max_probability_bound),
             model_name=name,
             max_questions=self.settings.max_questions,
             max_options=self.settings.max_options,

@@ -273,7 +273,7 @@ class DecisionServing:
             "label_mass": answer.label_mass,
             "prompt_format": answer.prompt_format,
             "calibrated": profile is not None,
-            "probability_bound": answer.bound,
+            "probability_bound": answer.probability_bound,
         }
         if profile is not None:
             fields["profile"] = profile.name
