@@ -47,7 +47,7 @@ from llamadecide.decisions import Decider, Scoring
 from llamadecide.decisions.maths import HIDDEN_ONLY
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import HEAD_ONLY_FORMATS, INPUT_ONLY, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
-from llamadecide.decisions.rules import Demonstration, Head
+from llamadecide.decisions.scoring import Demonstration, Head
 from llamadecide.engine import Engine, resolve_model_path
 from llamadecide.engine.model_files import BLOCK_DEPTH
 

@@ -10,7 +10,7 @@ from conftest import engine_config
 from llamadecide.calibration.data import TASKS_DIR, load_task
 from llamadecide.decisions import Decider, Scoring, choice, maths
 from llamadecide.decisions.prompt import build_messages
-from llamadecide.decisions.rules import Head
+from llamadecide.decisions.scoring import Head
 from llamadecide.engine import Engine, bundled_model_path
 
 TEXT = "I lost my card yesterday and I think someone is using it, can you block it?"

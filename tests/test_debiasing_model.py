@@ -10,7 +10,7 @@ import pytest
 from llamadecide.decisions import Decider, Scoring, choice, maths, predicate, score
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.rotations import rotate
-from llamadecide.decisions.rules import Demonstration, Head
+from llamadecide.decisions.scoring import Demonstration, Head
 from llamadecide.engine import Engine, ScoringInput
 from llamadecide.errors import InvalidRequestError
 from test_scoring_model import ROUNDING

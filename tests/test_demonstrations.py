@@ -19,7 +19,7 @@ from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import build_messages
 from llamadecide.decisions.rotations import rotate
 from llamadecide.decisions.rotations import shown as _shown
-from llamadecide.decisions.rules import Demonstration
+from llamadecide.decisions.scoring import Demonstration
 from llamadecide.errors import InvalidRequestError
 
 

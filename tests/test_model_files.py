@@ -88,10 +88,10 @@ def test_a_whole_file_mismatch_is_refused(tmp_path, monkeypatch):
 
 def test_the_default_model_is_the_qwen_1_5b_and_can_be_overridden(monkeypatch):
     monkeypatch.delenv("LLAMADECIDE_DEFAULT_MODEL", raising=False)
-    assert model_files.default_model_name() == "qwen2.5-coder-1.5b-instruct"
+    assert model_files.default_bundled_model() == "qwen2.5-coder-1.5b-instruct"
     monkeypatch.setenv("LLAMADECIDE_DEFAULT_MODEL", "nope")
     with pytest.raises(ModelLoadError, match="not a bundled model"):
-        model_files.default_model_name()
+        model_files.default_bundled_model()
 
 
 def test_registry_pins_the_real_parts():

@@ -20,7 +20,7 @@ from llamadecide.decisions.prompt import (
     QUESTION_FIRST,
     build_messages,
 )
-from llamadecide.decisions.rules import Demonstration
+from llamadecide.decisions.scoring import Demonstration
 from llamadecide.engine import Engine, bundled_model_path
 from llamadecide.errors import ContextOverflowError, InvalidRequestError, ProfileMismatchError
 

@@ -15,7 +15,7 @@ from llamadecide.decisions import Question, Scoring
 from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
-from llamadecide.decisions.rules import Demonstration
+from llamadecide.decisions.scoring import Demonstration
 from llamadecide.engine.model_files import measured_head_depth
 from llamadecide.errors import LlamaDecideError
 

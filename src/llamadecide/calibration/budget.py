@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ScoringPlan:
     """What a run scores within its row budget: each variant's answers for the items in `answered`
     (every used item, or a subsample), and in `hidden_variants`, hidden states for every used item
     (a head on the hidden state alone needs nothing else)."""
@@ -35,7 +35,7 @@ def plan_scoring(
     seed: int,
     *,
     min_answered: int = 100,
-) -> Plan:
+) -> ScoringPlan:
     """Spend at most `budget` (weighted) evaluated rows. Everything on every item when it fits.
     Otherwise each variant costs the cheaper of its answers on every item, or (when a head on its
     hidden state is wanted and its answer trie costs more than its prompt) its answers on a seeded
@@ -44,7 +44,7 @@ def plan_scoring(
     item, (answers, hidden state alone)."""
     n = len(used)
     if sum(costs[v][0] for v in variants) * n <= budget:
-        return Plan({v: used for v in variants}, (), int(sum(costs[v][0] for v in variants) * n))
+        return ScoringPlan({v: used for v in variants}, (), int(sum(costs[v][0] for v in variants) * n))
     m = min(n, min_answered)
     rng = np.random.default_rng(seed)
     answered = np.sort(
@@ -61,7 +61,7 @@ def plan_scoring(
         if not chosen or spent + options[v][0] <= budget:
             chosen.append(v)
             spent += options[v][0]
-    return Plan(
+    return ScoringPlan(
         {v: (answered if options[v][1] else used) for v in variants if v in chosen},
         tuple(v for v in variants if v in chosen and options[v][1]),
         int(spent),

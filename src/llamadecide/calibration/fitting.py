@@ -25,7 +25,7 @@ from llamadecide.decisions.maths import (
     head_features,
     normalise,
 )
-from llamadecide.decisions.rules import Head
+from llamadecide.decisions.scoring import Head
 
 Kind = Literal["none", "temperature", "temperature+bias", "head"]
 HEAD_FITS = FitMemo(96)  # a Banking77 head is about 1 MB

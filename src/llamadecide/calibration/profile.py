@@ -84,7 +84,7 @@ class HeadParams(BaseModel):
         """The decisions library's Head."""
         import numpy as np
 
-        from llamadecide.decisions.rules import Head
+        from llamadecide.decisions.scoring import Head
 
         if self.lexical is None:
             return Head(np.asarray(self.weights), np.asarray(self.intercept), features=self.features, layer=self.layer)
@@ -208,7 +208,7 @@ class CalibrationProfile(BaseModel):
         """The decisions library's Scoring for this profile (built once)."""
         if self._scoring is None:
             from llamadecide.decisions import Scoring
-            from llamadecide.decisions.rules import Demonstration
+            from llamadecide.decisions.scoring import Demonstration
 
             head = self.head.build() if self.head else None
             self._scoring = Scoring(

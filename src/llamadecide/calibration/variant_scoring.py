@@ -11,13 +11,13 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from llamadecide.calibration.backends import Backend
-from llamadecide.calibration.budget import Plan, plan_scoring
+from llamadecide.calibration.budget import ScoringPlan, plan_scoring
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.variants import Variant, VariantScores, choose_demonstrations, variants_for
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
-from llamadecide.decisions.rules import Demonstration
+from llamadecide.decisions.scoring import Demonstration
 
 BATCH_ITEMS = 16  # items handed to the backend at once (the local engine shares its calls among them)
 RACE_START = 32  # answered items before a subsample's answers may stop (`score_variants`' `settled`)
@@ -119,7 +119,7 @@ def score_variants(
         )
         head_only_rows = int(sum(costs[v][1] for v in head_only) * len(used))
     else:
-        plan = Plan({v: used for v in answered_variants}, (), 0)
+        plan = ScoringPlan({v: used for v in answered_variants}, (), 0)
     layer = backend.head_layer(config.head_depth)
     if report is not None:
         report.update(

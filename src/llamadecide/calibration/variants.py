@@ -10,7 +10,7 @@ import numpy as np
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.decisions.prompt import HEAD_ONLY_FORMATS, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
-from llamadecide.decisions.rules import Demonstration
+from llamadecide.decisions.scoring import Demonstration
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def models_command(
             raise fail(exc.message) from exc
         typer.echo(str(path))
         return
-    default = model_files.default_model_name()
+    default = model_files.default_bundled_model()
     rows = []
     for model in model_files.BUNDLED.values():
         rows.append(

@@ -5,7 +5,7 @@ from llamadecide.decisions.decider import Decider, DecisionInput
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.questions import Option, Question, choice, predicate, score
-from llamadecide.decisions.rules import Demonstration, Head, Scoring
+from llamadecide.decisions.scoring import Demonstration, Head, Scoring
 from llamadecide.decisions.work import Limits
 
 __all__ = [

@@ -11,7 +11,7 @@ import numpy as np
 from llamadecide.decisions import maths
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.questions import OptionValue, Question
-from llamadecide.decisions.rules import Scoring
+from llamadecide.decisions.scoring import Scoring
 from llamadecide.errors import InvalidRequestError
 
 

@@ -14,10 +14,10 @@ import numpy as np
 
 from llamadecide.decisions import maths
 from llamadecide.decisions.answers import Answer, Decision, OptionTotals, build_answer
-from llamadecide.decisions.planner import Plan, QuestionPlanner
+from llamadecide.decisions.planner import QuestionCall, QuestionPlanner
 from llamadecide.decisions.prompt import render_state
 from llamadecide.decisions.questions import Question
-from llamadecide.decisions.rules import Evaluation, Scoring, evaluation, per_question
+from llamadecide.decisions.scoring import Evaluation, Scoring, evaluation, per_question
 from llamadecide.decisions.scoring_engine import ScoringEngine
 from llamadecide.decisions.tokenized import canonical_key, common_prefix, split_point
 from llamadecide.decisions.work import Limits, Work
@@ -87,7 +87,7 @@ class Decider:
         decided is its own exception, in its place, and never fails the others."""
         began = time.perf_counter()
         out: list[Decision | Exception | None] = [None] * len(requests)
-        shared: list[tuple[int, _Request, Plan]] = []
+        shared: list[tuple[int, _Request, QuestionCall]] = []
         for index, item in enumerate(requests):
             try:
                 request = self._request(item.state, item.questions, item.scoring)
@@ -141,7 +141,7 @@ class Decider:
         return _Request(render_state(state), list(questions), rules, order)
 
     def _finish(
-        self, request: _Request, scored: list[OptionTotals], plans: list[Plan], cached: int, seconds: float
+        self, request: _Request, scored: list[OptionTotals], plans: list[QuestionCall], cached: int, seconds: float
     ) -> Decision:
         totals: list[OptionTotals] = [scored[0]] * len(request.questions)
         for position, i in enumerate(request.order):

@@ -15,7 +15,7 @@ from llamadecide.decisions.planner import QuestionPlanner
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, check_prompt_format, render_state
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rotations import shown
-from llamadecide.decisions.rules import Demonstration, Scoring
+from llamadecide.decisions.scoring import Demonstration, Scoring
 from llamadecide.decisions.scoring_engine import ScoringEngine
 from llamadecide.engine.values import ScoringInput
 

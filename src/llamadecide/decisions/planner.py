@@ -15,7 +15,7 @@ from llamadecide.decisions.answers import OptionTotals, bounded_totals
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rotations import shown
-from llamadecide.decisions.rules import Demonstration, Evaluation, Scoring, evaluation
+from llamadecide.decisions.scoring import Demonstration, Evaluation, Scoring, evaluation
 from llamadecide.decisions.scoring_engine import ScoringEngine
 from llamadecide.decisions.tokenized import (
     QuestionTokenizer,
@@ -31,7 +31,7 @@ from llamadecide.errors import ContextOverflowError
 
 
 @dataclass(frozen=True)
-class Plan:
+class QuestionCall:
     """One question's engine call: a trie (prefix, continuations) or, for a head on the hidden
     state alone, the prompt; `held` is what the engine's prompt sequence holds afterwards."""
 
@@ -51,7 +51,7 @@ class QuestionPlanner:
 
     def __init__(self, engine: ScoringEngine, *, max_bound: float = 0.0) -> None:
         """max_bound > 0: a plain softmax question's answers may be expanded best-first, each probability
-        within max_bound of the exact one (`rules.evaluation`). 0: always exact."""
+        within max_bound of the exact one (`scoring.evaluation`). 0: always exact."""
         if max_bound < 0 or max_bound >= 1:
             raise ValueError("max_bound must be in [0, 1)")
         self.engine = engine
@@ -67,7 +67,7 @@ class QuestionPlanner:
     ) -> TokenizedQuestion:
         return self.tokens.tokenize(state_text, question, demonstrations, prompt_format)
 
-    def plan(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring]) -> list[Plan]:
+    def plan(self, state_text: str, questions: Sequence[Question], rules: Sequence[Scoring]) -> list[QuestionCall]:
         """One engine call per question, in the given order, each knowing what the one before leaves
         in the engine's prompt sequence (its work counts only what is new). What cannot fit the
         context is refused here, before any evaluation."""
@@ -92,13 +92,15 @@ class QuestionPlanner:
                 )
             if how is Evaluation.HIDDEN_ONLY:
                 prompt = rotations[0][1].prompt_tokens
-                plans.append(Plan(question, rule, how, rotations, prompt, [], 0, prompt, prompt_work(previous, prompt)))
+                plans.append(
+                    QuestionCall(question, rule, how, rotations, prompt, [], 0, prompt, prompt_work(previous, prompt))
+                )
             else:
                 local = split_point([item for _, item in rotations])
                 group = [s for _, item in rotations for s in item.sequences]
                 prefix, continuations = group[0][:local], [s[local:] for s in group]
                 plans.append(
-                    Plan(
+                    QuestionCall(
                         question,
                         rule,
                         how,
@@ -122,7 +124,7 @@ class QuestionPlanner:
         limits: Limits | None = None,
         hidden: bool = False,
         hidden_layer: int | None = None,
-    ) -> tuple[list[OptionTotals], list[Plan], int]:
+    ) -> tuple[list[OptionTotals], list[QuestionCall], int]:
         """Per question, every option of every rotation in one engine call, and each option's
         log-likelihood averaged over its rotations, in the question's own option order; with the
         hidden state at the answer position from the same call when a head needs it (of its block),
@@ -163,12 +165,12 @@ class QuestionPlanner:
         return totals, plans, cached
 
     @staticmethod
-    def hidden_totals(plan: Plan, hidden: np.ndarray) -> OptionTotals:
+    def hidden_totals(plan: QuestionCall, hidden: np.ndarray) -> OptionTotals:
         """What a head on the hidden state alone reads: no answer scored (0 tokens each), the state."""
         return OptionTotals(None, [0] * len(plan.question.options), hidden)
 
     @staticmethod
-    def combine(plan: Plan, trie: TrieScores) -> OptionTotals:
+    def combine(plan: QuestionCall, trie: TrieScores) -> OptionTotals:
         first = plan.rotations[0][1]
         if trie.best_first:
             scores, bound = bounded_totals(plan.continuations, trie.rows, [b - plan.local for b in first.boundaries])
@@ -184,7 +186,7 @@ class QuestionPlanner:
         n = len(plan.rotations)
         return OptionTotals(list(sums / n), [int(round(x / n)) for x in lengths], trie.hidden)
 
-    def pin(self, plans: Sequence[Plan]) -> dict[int, int]:
+    def pin(self, plans: Sequence[QuestionCall]) -> dict[int, int]:
         """Pin each distinct question prefix of these plans (once per question and rule). Returns, by
         plan id, the length of a prefix pinned now (evaluated for these plans, so not cached for them)."""
         done: dict[str, int] = {}

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from llamadecide.decisions.questions import Question
-from llamadecide.decisions.rules import Demonstration
+from llamadecide.decisions.scoring import Demonstration
 from llamadecide.errors import InvalidRequestError
 
 

