@@ -70,14 +70,16 @@ def measure(engine: Engine, texts: list[str], question, prompt_format: str) -> l
     if prompt_format != "llamadecide-1":
         measurer = Measurer(engine)
         states, alone_s, alone_calls = _timed(
-            engine, lambda: [measurer.hidden(t, question, prompt_format=prompt_format) for t in texts]
+            engine, lambda: [measurer.hidden(t, question, Scoring(prompt_format=prompt_format)) for t in texts]
         )
         shared, shared_s, shared_calls = _timed(
             engine,
             lambda: [
                 h
                 for start in range(0, len(texts), BATCH)
-                for h in measurer.hidden_many(texts[start : start + BATCH], question, prompt_format=prompt_format)
+                for h in measurer.hidden_many(
+                    texts[start : start + BATCH], question, Scoring(prompt_format=prompt_format)
+                )
             ],
         )
         gap = max(float(np.abs(a - b).max()) for a, b in zip(states, shared))

@@ -22,6 +22,7 @@ from benchmarks.datasets import DATASETS
 from benchmarks.engines import engine_for
 from llamadecide.calibration.config import head_layer
 from llamadecide.calibration.data import load_task, read_labelled
+from llamadecide.decisions import Scoring
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.engine import Engine, resolve_model_path
 from llamadecide.engine.model_files import BLOCK_DEPTH
@@ -32,12 +33,12 @@ def measure(
 ) -> tuple[list[float], float, np.ndarray]:
     """Seconds per hidden state, rows per input, and the states, after pinning the question."""
     measurer = Measurer(engine)
-    measurer.hidden(texts[0], question, prompt_format=prompt_format, layer=layer)
+    measurer.hidden(texts[0], question, Scoring(prompt_format=prompt_format), layer=layer)
     seconds, states = [], []
     rows = engine.counters["rows"]
     for text in texts:
         began = time.perf_counter()
-        states.append(measurer.hidden(text, question, prompt_format=prompt_format, layer=layer))
+        states.append(measurer.hidden(text, question, Scoring(prompt_format=prompt_format), layer=layer))
         seconds.append(time.perf_counter() - began)
     return seconds, (engine.counters["rows"] - rows) / len(texts), np.array(states)
 

@@ -115,8 +115,7 @@ def fit_hidden_head(
             for h in measurer.hidden_many(
                 texts[start : start + 16],
                 question,
-                demonstrations=rule.demonstrations,
-                prompt_format=rule.prompt_format,
+                rule,
                 layer=layer,
             )
         ]

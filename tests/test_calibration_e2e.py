@@ -76,7 +76,14 @@ def test_local_run_writes_report_plots_and_profile(local_run):
     summary = json.loads((out / "summary.json").read_text())
     raw, calibrated = summary["test"]["raw"], summary["test"]["calibrated"]
     # the question-first 4-shot variant shows one labelled item per class: no variant is fitted on them
-    assert summary["split"] == {"seed": 0, "calibration": 16, "test": 20, "shown_as_demonstrations": 4}
+    assert summary["split"] == {
+        "seed": 0,
+        "calibration": 16,
+        "test": 20,
+        "shown_as_demonstrations": 4,
+        "items": 40,
+        "as_split": {"calibration": 20, "test": 20},  # what `split` is given back to find the parts again
+    }
     for m in (raw, calibrated):
         assert 0 <= m["accuracy"] <= 1 and m["nll"] > 0 and 0 <= m["ece_width"] <= 1
         assert m["ece_width_ci"][0] <= m["ece_width"] <= m["ece_width_ci"][1] + 1e-12
@@ -105,13 +112,13 @@ def test_rerun_is_served_from_the_cache(local_run, slice_file, engine):
     calls = []
 
     class Counting(LocalBackend):
-        def score(self, text, question, **options):
+        def score(self, text, question, *args, **options):
             calls.append(text)
-            return super().score(text, question, **options)
+            return super().score(text, question, *args, **options)
 
-        def score_many(self, texts, question, **options):
+        def score_many(self, texts, question, *args, **options):
             calls.extend(texts)
-            return super().score_many(texts, question, **options)
+            return super().score_many(texts, question, *args, **options)
 
     task = load_task("agnews")
     items = read_labelled(slice_file, text_column="0", label_column="1")

@@ -54,7 +54,7 @@ def test_the_prior_is_computed_once_per_question(engine, monkeypatch):
     question = predicate("The review is positive.")
     calls = []
     original = decider.planner.content_free_scores
-    monkeypatch.setattr(decider.planner, "content_free_scores", lambda q, **kw: calls.append(q) or original(q, **kw))
+    monkeypatch.setattr(decider.planner, "content_free_scores", lambda q, rule: calls.append(q) or original(q, rule))
     for text in ("A wonderful film.", "Dull and far too long.", "A wonderful film."):
         decider.decide(text, [question], scoring=Scoring(prior_correction=True))
     assert len(calls) == 1
@@ -65,7 +65,7 @@ def test_the_prior_is_computed_once_per_question(engine, monkeypatch):
 def test_a_fixed_prior_is_served_as_given_and_not_recomputed(engine, monkeypatch):
     decider = Decider(engine)
     question = choice("What is the topic of this news article?", TOPIC)
-    monkeypatch.setattr(decider.planner, "content_free_scores", lambda q, **kw: pytest.fail("the prior was recomputed"))
+    monkeypatch.setattr(decider.planner, "content_free_scores", lambda q, rule: pytest.fail("the prior was recomputed"))
     fixed = (-0.5, -2.0, -1.0, -3.0)
     served = decider.decide(NEWS, [question], scoring=Scoring(prior_correction=True, prior=fixed)).answers[0]
     expected = maths.normalise([o.logprob for o in served.options], prior=np.array(fixed))
@@ -139,12 +139,12 @@ def test_hidden_states_are_read_inside_the_call_as_the_embeddings_mode_reads_the
     texts = [NEWS, "The striker scored twice in the cup final.", "A new chip doubles battery life."]
     engine.clear_cache()
     skipped = engine.counters["projections_skipped"]
-    tapped = measurer.hidden_many(texts, question, prompt_format="llamadecide-6")
-    alone = [measurer.hidden(text, question, prompt_format="llamadecide-6") for text in texts]
+    tapped = measurer.hidden_many(texts, question, Scoring(prompt_format="llamadecide-6"))
+    alone = [measurer.hidden(text, question, Scoring(prompt_format="llamadecide-6")) for text in texts]
     assert engine.counters["projections_skipped"] - skipped >= 1 + len(texts)
     plain = Engine(dataclasses.replace(engine.config, hidden_tap=False))
     try:
-        embedded = Measurer(plain).hidden_many(texts, question, prompt_format="llamadecide-6")
+        embedded = Measurer(plain).hidden_many(texts, question, Scoring(prompt_format="llamadecide-6"))
         assert plain.counters["projections_skipped"] == 0
     finally:
         plain.close()

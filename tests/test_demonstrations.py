@@ -15,7 +15,7 @@ from llamadecide.calibration.run import calibrate
 from llamadecide.calibration.variant_scoring import score_variants
 from llamadecide.calibration.variants import choose_demonstrations
 from llamadecide.decisions import Decider, Scoring, choice, predicate
-from llamadecide.decisions.measuring import Measurer
+from llamadecide.decisions.measuring import PLAIN, Measurer
 from llamadecide.decisions.prompt import build_messages
 from llamadecide.decisions.rotations import rotate
 from llamadecide.decisions.rotations import shown as _shown
@@ -56,7 +56,7 @@ def test_k_shot_scores_are_exact_and_the_demonstrations_matter(engine):
     zero_shot = decider.decide(REVIEW, [SENTIMENT]).answers[0]
     assert max(abs(a.logprob - b.logprob) for a, b in zip(answer.options, zero_shot.options)) > 1e-2
     # after other prompts: the same to the bit
-    again = Measurer(engine).scores(REVIEW, SENTIMENT, demonstrations=SHOWN)[0]
+    again = Measurer(engine).scores(REVIEW, SENTIMENT, Scoring(demonstrations=SHOWN))[0]
     assert list(again) == [o.logprob for o in answer.options]
 
 
@@ -96,7 +96,7 @@ def test_the_prior_is_taken_after_the_same_demonstrations(engine):
     plain = decider.prior(SENTIMENT, Scoring(prior_correction=True))
     shown = decider.prior(SENTIMENT, Scoring(prior_correction=True, demonstrations=SHOWN))
     assert not np.allclose(plain, shown, atol=1e-3)
-    rows, _ = Measurer(engine).content_free_scores(SENTIMENT, demonstrations=SHOWN)
+    rows, _ = Measurer(engine).content_free_scores(SENTIMENT, Scoring(demonstrations=SHOWN))
     assert shown == pytest.approx(np.log(np.exp(rows - np.logaddexp.reduce(rows, axis=1, keepdims=True)).mean(0)))
 
 
@@ -135,26 +135,16 @@ class RecordingBackend:
     def head_layer(self, depth):
         return None  # no hidden states
 
-    def score(
-        self,
-        text,
-        question,
-        *,
-        rotations=1,
-        hidden=False,
-        hidden_layer=None,
-        demonstrations=(),
-        prompt_format="llamadecide-1",
-    ):
-        self.prompt_formats.append((text, prompt_format))
-        if prompt_format == "llamadecide-1":
-            self.calls.append((text, tuple(d.input for d in demonstrations)))
-        return ItemScores([-1.0 - len(demonstrations), -2.0], [1, 1])
+    def score(self, text, question, rule=PLAIN, *, hidden=False, hidden_layer=None):
+        self.prompt_formats.append((text, rule.prompt_format))
+        if rule.prompt_format == "llamadecide-1":
+            self.calls.append((text, tuple(d.input for d in rule.demonstrations)))
+        return ItemScores([-1.0 - len(rule.demonstrations), -2.0], [1, 1])
 
-    def score_many(self, texts, question, *, answers=True, **options):
-        return [self.score(t, question, **options) for t in texts]
+    def score_many(self, texts, question, rule=PLAIN, *, answers=True, **options):
+        return [self.score(t, question, rule, **options) for t in texts]
 
-    def content_free(self, question, *, rotations=1, demonstrations=(), prompt_format="llamadecide-1"):
+    def content_free(self, question, rule=PLAIN):
         return np.zeros((2, 2)), None
 
 

@@ -154,14 +154,16 @@ def test_a_served_head_on_a_blocks_hidden_state_alone_scores_no_answer(engine, t
     measurer = Measurer(engine)
     question = task.question()
     layer = head_layer(engine.n_layer, BLOCK_DEPTH)
-    H = np.array([measurer.hidden(item.text, question, prompt_format="llamadecide-3", layer=layer) for item in items])
+    H = np.array(
+        [measurer.hidden(item.text, question, Scoring(prompt_format="llamadecide-3"), layer=layer) for item in items]
+    )
     y = np.array([task.gold_index(item.label) for item in items])
     head = fit_head(np.zeros((len(items), len(task.options))), H, y, C=0.05, features=HIDDEN_ONLY)
     profiles = save_head_profile(tmp_path, engine, task, head, "agnews-hidden", "llamadecide-3", layer)
     assert CalibrationProfile.load(profiles / "agnews-hidden.json").scoring().head.layer == layer is not None
     text = "Shares of the chip maker jumped after it raised its revenue forecast."
     engine.clear_cache()
-    state = measurer.hidden(text, question, prompt_format="llamadecide-3", layer=layer)
+    state = measurer.hidden(text, question, Scoring(prompt_format="llamadecide-3"), layer=layer)
     expected = head.apply(np.zeros((1, len(task.options))), None, np.array([state]))[0]
     body = profile_request(task, text, "agnews-hidden")
     with ServerProcess("--profiles-dir", str(profiles)) as server:

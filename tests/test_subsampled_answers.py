@@ -36,8 +36,8 @@ class SubsampleBackend:
     def head_layer(self, depth):
         return None
 
-    def cost(self, text, question, *, demonstrations=(), **options) -> tuple[float, float]:
-        if self.dear_without_demonstrations and not demonstrations:
+    def cost(self, text, question, rule=None) -> tuple[float, float]:
+        if self.dear_without_demonstrations and not (rule and rule.demonstrations):
             return 4000.0, 3000.0  # left out by the budget
         return 400.0, 30.0
 
@@ -51,13 +51,13 @@ class SubsampleBackend:
         self.answered.append(text)
         return ItemScores(list(logits - np.logaddexp.reduce(logits)), [1] * len(OPTIONS), state)
 
-    def score_many(self, texts, question, *, answers=True, hidden=False, **options):
+    def score_many(self, texts, question, rule=None, *, answers=True, hidden=False, **options):
         return [self._scores(t, answers, hidden) for t in texts]
 
-    def score(self, text, question, *, hidden=False, **options):
+    def score(self, text, question, rule=None, *, hidden=False, **options):
         return self._scores(text, True, hidden)
 
-    def content_free(self, question, **options):
+    def content_free(self, question, rule=None):
         return np.full((3, len(OPTIONS)), -np.log(len(OPTIONS))), None
 
 

@@ -15,7 +15,6 @@ from llamadecide.decisions import Question, Scoring
 from llamadecide.decisions.maths import CONTENT_FREE_INPUTS
 from llamadecide.decisions.measuring import Measurer
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
-from llamadecide.decisions.scoring import Demonstration
 from llamadecide.engine.model_files import measured_head_depth
 from llamadecide.errors import LlamaDecideError
 
@@ -27,7 +26,13 @@ class ItemScores:
     hidden: np.ndarray | None = None  # hidden state at the answer position (local engine only)
 
 
+PLAIN = Scoring()  # the state-first prompt, no demonstrations, one rotation
+
+
 class Backend(Protocol):
+    """What calibration reads of a model. `rule` is the prompt a variant asks in (its format,
+    demonstrations and rotations; `Scoring.raw`): answers come back raw."""
+
     description: str
     supports_hidden: bool
     supports_demonstrations: bool
@@ -41,31 +46,20 @@ class Backend(Protocol):
         self,
         text: str,
         question: Question,
+        rule: Scoring = PLAIN,
         *,
-        rotations: int = 1,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> ItemScores: ...
-    def content_free(
-        self,
-        question: Question,
-        *,
-        rotations: int = 1,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
-    ) -> tuple[np.ndarray, np.ndarray | None]: ...
+    def content_free(self, question: Question, rule: Scoring = PLAIN) -> tuple[np.ndarray, np.ndarray | None]: ...
     def score_many(
         self,
         texts: list[str],
         question: Question,
+        rule: Scoring = PLAIN,
         *,
-        rotations: int = 1,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
         answers: bool = True,
     ) -> list[ItemScores]: ...
 
@@ -92,40 +86,17 @@ class LocalBackend:
         self,
         text: str,
         question: Question,
+        rule: Scoring = PLAIN,
         *,
-        rotations: int = 1,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> ItemScores:
-        logprobs, lengths, state = self.measurer.scores(
-            text,
-            question,
-            rotations=rotations,
-            hidden=hidden,
-            hidden_layer=hidden_layer,
-            demonstrations=demonstrations,
-            prompt_format=prompt_format,
-        )
-        return ItemScores(logprobs, lengths, state)
+        return ItemScores(*self.measurer.scores(text, question, rule, hidden=hidden, hidden_layer=hidden_layer))
 
-    def cost(
-        self,
-        text: str,
-        question: Question,
-        *,
-        rotations: int = 1,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
-    ) -> tuple[float, float]:
+    def cost(self, text: str, question: Question, rule: Scoring = PLAIN) -> tuple[float, float]:
         """Evaluated rows per item like `text`, (answers, hidden state alone), each row weighted by the
         pinned prefix it attends to (on the CPU a row over a 3,000-token prefix costs about three)."""
-        answer_rows, prompt_rows, pinned = self.measurer.cost(
-            text,
-            question,
-            Scoring(rotations=rotations, demonstrations=tuple(demonstrations), prompt_format=prompt_format),
-        )
+        answer_rows, prompt_rows, pinned = self.measurer.cost(text, question, rule.raw())
         weight = 1.0 + pinned / 1500
         return answer_rows * weight, prompt_rows * weight
 
@@ -133,43 +104,24 @@ class LocalBackend:
         self,
         texts: list[str],
         question: Question,
+        rule: Scoring = PLAIN,
         *,
-        rotations: int = 1,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
         answers: bool = True,
     ) -> list[ItemScores]:
         """Many items in shared engine calls, each scored as alone. Without `answers`, only the hidden
         state (no answer is scored; `logprobs` empty)."""
         if not answers:
-            states = self.measurer.hidden_many(
-                texts, question, demonstrations=demonstrations, prompt_format=prompt_format, layer=hidden_layer
-            )
-            return [ItemScores([], None, state) for state in states]
-        scored = self.measurer.scores_many(
-            texts,
-            question,
-            rotations=rotations,
-            hidden=hidden,
-            hidden_layer=hidden_layer,
-            demonstrations=demonstrations,
-            prompt_format=prompt_format,
-        )
+            return [
+                ItemScores([], None, state)
+                for state in self.measurer.hidden_many(texts, question, rule, layer=hidden_layer)
+            ]
+        scored = self.measurer.scores_many(texts, question, rule, hidden=hidden, hidden_layer=hidden_layer)
         return [ItemScores(logprobs, lengths, state) for logprobs, lengths, state in scored]
 
-    def content_free(
-        self,
-        question: Question,
-        *,
-        rotations: int = 1,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        return self.measurer.content_free_scores(
-            question, rotations=rotations, demonstrations=demonstrations, prompt_format=prompt_format
-        )
+    def content_free(self, question: Question, rule: Scoring = PLAIN) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.measurer.content_free_scores(question, rule)
 
 
 def wire_question(question: Question) -> dict[str, Any]:
@@ -255,68 +207,41 @@ class _RemoteBackend:
         self,
         text: str,
         question: Question,
+        rule: Scoring = PLAIN,
         *,
-        rotations: int = 1,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> ItemScores:
         if hidden:
             raise LlamaDecideError(
                 f"{self.description} does not expose hidden states; fit heads with the local backend"
             )
-        if demonstrations:
+        if rule.demonstrations:
             raise LlamaDecideError(f"{self.description} takes no demonstrations; fit k-shot with the local backend")
-        if prompt_format != PROMPT_FORMAT_VERSION:
+        if rule.prompt_format != PROMPT_FORMAT_VERSION:
             raise LlamaDecideError(
                 f"{self.description} asks every question in {PROMPT_FORMAT_VERSION!r}; "
-                f"measure {prompt_format!r} with the local backend"
+                f"measure {rule.prompt_format!r} with the local backend"
             )
-        return _logprobs_from_answer(self._post(self._body(text, question, rotations))["answers"][0], question)
+        return _logprobs_from_answer(self._post(self._body(text, question, rule.rotations))["answers"][0], question)
 
     def score_many(
         self,
         texts: list[str],
         question: Question,
+        rule: Scoring = PLAIN,
         *,
-        rotations: int = 1,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
         answers: bool = True,
     ) -> list[ItemScores]:
         """One request per item (the endpoint shares its own engine calls under load)."""
-        return [
-            self.score(
-                text,
-                question,
-                rotations=rotations,
-                hidden=hidden,
-                demonstrations=demonstrations,
-                prompt_format=prompt_format,
-            )
-            for text in texts
-        ]
+        return [self.score(text, question, rule, hidden=hidden) for text in texts]
 
-    def content_free(
-        self,
-        question: Question,
-        *,
-        rotations: int = 1,
-        demonstrations: tuple[Demonstration, ...] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def content_free(self, question: Question, rule: Scoring = PLAIN) -> tuple[np.ndarray, np.ndarray | None]:
         """The endpoint's answers on content-free inputs (normalised log-probabilities: the prior is
         the same whether or not they were normalised)."""
-        rows = [
-            self.score(
-                text, question, rotations=rotations, demonstrations=demonstrations, prompt_format=prompt_format
-            ).logprobs
-            for text in CONTENT_FREE_INPUTS
-        ]
-        return np.asarray(rows), None
+        return np.asarray([self.score(text, question, rule).logprobs for text in CONTENT_FREE_INPUTS]), None
 
 
 class HTTPBackend(_RemoteBackend):

@@ -10,7 +10,7 @@ import numpy as np
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.decisions.prompt import HEAD_ONLY_FORMATS, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
-from llamadecide.decisions.scoring import Demonstration
+from llamadecide.decisions.scoring import Demonstration, Scoring
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,10 @@ class Variant:
     rotations: int = 1
     shots: int = 0  # demonstrations from the labelled part put before each item
     prompt_format: str = PROMPT_FORMAT_VERSION
+
+    def rule(self, demonstrations: tuple[Demonstration, ...] = ()) -> Scoring:
+        """The prompt this variant asks in, with the demonstrations shown before every item."""
+        return Scoring(rotations=self.rotations, demonstrations=demonstrations, prompt_format=self.prompt_format)
 
     @property
     def hidden_only(self) -> bool:

@@ -175,9 +175,7 @@ class Decider:
         if cached is not None:
             self._priors.move_to_end(key)
             return cached
-        rows, lengths = self.planner.content_free_scores(
-            question, rotations=rule.rotations, demonstrations=rule.demonstrations, prompt_format=rule.prompt_format
-        )
+        rows, lengths = self.planner.content_free_scores(question, rule)
         prior = maths.content_free_prior(rows, lengths if rule.length_normalize else None)
         self._priors[key] = prior
         while len(self._priors) > self._prior_cache_size:

@@ -12,12 +12,14 @@ import numpy as np
 
 from llamadecide.decisions.answers import Answer, OptionTotals, build_answer
 from llamadecide.decisions.planner import QuestionPlanner
-from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION, check_prompt_format, render_state
+from llamadecide.decisions.prompt import check_prompt_format, render_state
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rotations import shown
-from llamadecide.decisions.scoring import Demonstration, Scoring
+from llamadecide.decisions.scoring import Scoring
 from llamadecide.decisions.scoring_engine import ScoringEngine
 from llamadecide.engine.values import ScoringInput
+
+PLAIN = Scoring()  # the state-first prompt, no demonstrations, one rotation
 
 
 class Measurer:
@@ -32,17 +34,14 @@ class Measurer:
         self,
         state: Any,
         question: Question,
+        rule: Scoring = PLAIN,
         *,
-        rotations: int = 1,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        demonstrations: Sequence[Demonstration] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> tuple[list[float], list[int], np.ndarray | None]:
-        """Raw material for calibration: the option log-likelihoods (averaged over rotations),
-        token counts, and optionally the hidden state at the answer position (the output of block
-        `hidden_layer`, None: the final state)."""
-        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), prompt_format=prompt_format)
+        """Raw material for calibration: the option log-likelihoods under `rule`'s prompt (averaged
+        over its rotations), token counts, and optionally the hidden state at the answer position (the
+        output of block `hidden_layer`, None: the final state)."""
         totals, _, _ = self.planner.score(
             render_state(state), [question], [rule], hidden=hidden, hidden_layer=hidden_layer
         )
@@ -54,17 +53,14 @@ class Measurer:
         self,
         states: Sequence[Any],
         question: Question,
+        rule: Scoring = PLAIN,
         *,
-        rotations: int = 1,
         hidden: bool = False,
         hidden_layer: int | None = None,
-        demonstrations: Sequence[Demonstration] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
     ) -> list[tuple[list[float], list[int], np.ndarray | None]]:
         """`scores` for many states, their engine work shared (`Engine.score_many`); each the same
         as alone."""
-        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), prompt_format=prompt_format)
-        plans = [self.planner.plan(render_state(state), [question], [rule])[0] for state in states]
+        plans = [self.planner.plan(render_state(state), [question], [rule.raw()])[0] for state in states]
         self.planner.pin(plans)
         scored = self.engine.score_many(
             [ScoringInput(plan.prefix, plan.continuations, hidden=hidden, hidden_layer=hidden_layer) for plan in plans]
@@ -77,16 +73,10 @@ class Measurer:
         return out
 
     def hidden_many(
-        self,
-        states: Sequence[Any],
-        question: Question,
-        *,
-        demonstrations: Sequence[Demonstration] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
-        layer: int | None = None,
+        self, states: Sequence[Any], question: Question, rule: Scoring = PLAIN, *, layer: int | None = None
     ) -> list[np.ndarray]:
         """`hidden` for many states, their engine work shared; each the same as alone."""
-        rule = Scoring(demonstrations=tuple(demonstrations), prompt_format=check_prompt_format(prompt_format))
+        check_prompt_format(rule.prompt_format)
         shown_first = shown(question, rule.demonstrations, 0)
         items = [
             self.planner.tokens.prompt_only(render_state(state), question, shown_first, rule.prompt_format)
@@ -98,19 +88,11 @@ class Measurer:
         inputs = [ScoringInput(item.prompt_tokens, hidden_layer=layer) for item in items]
         return [trie.hidden for trie in self.engine.score_many(inputs)]
 
-    def hidden(
-        self,
-        state: Any,
-        question: Question,
-        *,
-        demonstrations: Sequence[Demonstration] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
-        layer: int | None = None,
-    ) -> np.ndarray:
-        """What a head on the hidden state alone reads: the hidden state at the answer position (the
-        output of block `layer`, None: the final state), with only the prompt evaluated (the question
-        prefix pinned as a decision pins it)."""
-        rule = Scoring(demonstrations=tuple(demonstrations), prompt_format=check_prompt_format(prompt_format))
+    def hidden(self, state: Any, question: Question, rule: Scoring = PLAIN, *, layer: int | None = None) -> np.ndarray:
+        """What a head on the hidden state alone reads: the hidden state at the answer position of
+        `rule`'s prompt (the output of block `layer`, None: the final state), with only the prompt
+        evaluated (the question prefix pinned as a decision pins it)."""
+        check_prompt_format(rule.prompt_format)
         item = self.planner.tokens.prompt_only(
             render_state(state), question, shown(question, rule.demonstrations, 0), rule.prompt_format
         )
@@ -135,19 +117,10 @@ class Measurer:
         pinned = len(self.planner.tokens.pinned_prefix(question, rule, prompt))
         return plan.work.rows - pinned, len(prompt) - pinned, pinned
 
-    def content_free_scores(
-        self,
-        question: Question,
-        *,
-        rotations: int = 1,
-        demonstrations: Sequence[Demonstration] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
-        that carry no content (after the same demonstrations, if any), from an empty KV cache."""
-        return self.planner.content_free_scores(
-            question, rotations=rotations, demonstrations=demonstrations, prompt_format=prompt_format
-        )
+    def content_free_scores(self, question: Question, rule: Scoring = PLAIN) -> tuple[np.ndarray, np.ndarray]:
+        """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts under `rule`'s
+        prompt for inputs that carry no content, from an empty KV cache."""
+        return self.planner.content_free_scores(question, rule)
 
     def decide_naive(self, state: Any, question: Question, *, scoring: Scoring | None = None) -> Answer:
         """Reference path: one full evaluation from scratch per option. Slow; for checks and the

@@ -15,7 +15,7 @@ from llamadecide.decisions.answers import OptionTotals, bounded_totals
 from llamadecide.decisions.prompt import PROMPT_FORMAT_VERSION
 from llamadecide.decisions.questions import Question
 from llamadecide.decisions.rotations import shown
-from llamadecide.decisions.scoring import Demonstration, Evaluation, Scoring, evaluation
+from llamadecide.decisions.scoring import Evaluation, Scoring, evaluation
 from llamadecide.decisions.scoring_engine import ScoringEngine
 from llamadecide.decisions.tokenized import (
     QuestionTokenizer,
@@ -203,21 +203,14 @@ class QuestionPlanner:
                 fresh[id(plan)] = done[key]
         return fresh
 
-    def content_free_scores(
-        self,
-        question: Question,
-        *,
-        rotations: int = 1,
-        demonstrations: Sequence[Demonstration] = (),
-        prompt_format: str = PROMPT_FORMAT_VERSION,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts for inputs
-        that carry no content (after the same demonstrations, if any), from an empty KV cache."""
-        rule = Scoring(rotations=rotations, demonstrations=tuple(demonstrations), prompt_format=prompt_format)
+    def content_free_scores(self, question: Question, rule: Scoring) -> tuple[np.ndarray, np.ndarray]:
+        """Option log-likelihoods (rows: `maths.CONTENT_FREE_INPUTS`) and token counts under `rule`'s
+        prompt (its format, demonstrations and rotations) for inputs that carry no content, from an
+        empty KV cache."""
         self.engine.clear_cache()
         rows, lengths = [], []
         for text in maths.CONTENT_FREE_INPUTS:
-            totals, _, _ = self.score(text, [question], [rule])
+            totals, _, _ = self.score(text, [question], [rule.raw()])
             rows.append(totals[0].logprobs)
             lengths.append(totals[0].lengths)
         return np.asarray(rows), np.asarray(lengths, dtype=np.float64)

@@ -105,6 +105,11 @@ class Scoring:
         system text), which the engine keeps evaluated."""
         return bool(self.demonstrations) or self.prompt_format in (*QUESTION_FIRST_FORMATS, INPUT_ONLY)
 
+    def raw(self) -> Scoring:
+        """The same prompt (format, demonstrations, rotations), its answers read raw: no calibration,
+        prior or head. What calibration measures a prompt with."""
+        return Scoring(rotations=self.rotations, demonstrations=self.demonstrations, prompt_format=self.prompt_format)
+
     def check(self) -> None:
         if check_prompt_format(self.prompt_format) != PROMPT_FORMAT_VERSION and self.rotations > 1:
             raise InvalidRequestError(
