@@ -41,7 +41,7 @@ from llamadecide.calibration.cross_validation import cross_validated
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.fitting import HEAD_C_GRID, Candidate, fit_head
 from llamadecide.calibration.profile import HeadParams
-from llamadecide.calibration.run import split
+from llamadecide.calibration.steps import split
 from llamadecide.calibration.variants import choose_demonstrations
 from llamadecide.decisions import Decider, Scoring
 from llamadecide.decisions.maths import HIDDEN_ONLY

@@ -115,7 +115,7 @@ def test_bench_measures_a_profiles_accuracy_only_on_items_it_was_not_calibrated_
     from llamadecide.bench.run import profile_holdout, workload
     from llamadecide.calibration.data import file_fingerprint, read_labelled
     from llamadecide.calibration.profile import CalibrationProfile
-    from llamadecide.calibration.run import split
+    from llamadecide.calibration.steps import split
 
     data = tmp_path / "data.tsv"
     data.write_text("".join(f"item {n}\t{'World' if n % 2 else 'Sports'}\n" for n in range(40)), encoding="utf-8")

@@ -9,7 +9,8 @@ from llamadecide.calibration.backends import ItemScores
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.profile import CalibrationProfile
-from llamadecide.calibration.run import calibrate, split
+from llamadecide.calibration.run import calibrate
+from llamadecide.calibration.steps import split
 from llamadecide.calibration.variant_scoring import RACE_START
 
 OPTIONS = ["north", "south", "east", "west"]

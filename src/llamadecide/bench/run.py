@@ -258,7 +258,7 @@ def profile_holdout(
     """The file rows a served profile was calibrated on, to keep out of a workload whose accuracy is
     measured; or why its accuracy cannot be measured on this file (another file, or no split recorded)."""
     from llamadecide.calibration.profile import CalibrationProfile, profile_files
-    from llamadecide.calibration.run import split
+    from llamadecide.calibration.steps import split
 
     files = profile_files(profile_dir) if profile_dir.is_dir() else [profile_dir]
     profile = CalibrationProfile.load(files[0])
@@ -269,3 +269,32 @@ def profile_holdout(
         return set(), "not measured: the profile does not record which items it was calibrated on"
     cal, _ = split(n, recorded["calibration"], recorded["test"], recorded["seed"])
     return {int(i) for i in cal}, None
+
+
+def plan_for_file(
+    data: Path,
+    task: Task,
+    text_column: str,
+    label_column: str,
+    size: int,
+    profile: Path | None,
+    **options,
+) -> BenchPlan:
+    """A plan whose workload is `size` items of a labelled file; with a served profile, its name and
+    only the items it was not calibrated on (or why its accuracy is not measured)."""
+    from llamadecide.calibration.data import read_labelled
+    from llamadecide.calibration.profile import CalibrationProfile, profile_files
+
+    labelled = read_labelled(data, text_column=text_column, label_column=label_column)
+    held, note, name = set(), None, None
+    if profile is not None:
+        held, note = profile_holdout(profile, data, text_column, label_column, len(labelled))
+        name = CalibrationProfile.load((profile_files(profile) if profile.is_dir() else [profile])[0]).name
+    return BenchPlan(
+        task=task,
+        items=workload(labelled, size, exclude=held),
+        profile_dir=profile,
+        profile_name=name,
+        accuracy_note=note,
+        **options,
+    )

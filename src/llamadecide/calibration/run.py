@@ -1,7 +1,7 @@
-"""One calibration run, as a list of steps: split, score every item (cached, resumable), choose and
-fit a calibrator on the calibration part, certify a threshold on the items of known chance, measure
-the test part, and build the profile; then write plots, report, summary, predictions and profile.
-Computing (`run_calibration`) stays apart from writing files (`write_run`)."""
+"""One calibration run, as a list of steps (`steps`): split, score every item (cached, resumable),
+choose and fit a calibrator on the calibration part, certify a threshold on the items of known
+chance, measure the test part; then the summary and the profile, and the files: plots, report,
+summary, predictions and profile. Computing (`run_calibration`) stays apart from writing (`write_run`)."""
 
 from __future__ import annotations
 
@@ -15,28 +15,31 @@ import numpy as np
 
 from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import Backend
-from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.certification import certification_counts, certification_weights
 from llamadecide.calibration.compare import Record, compare
 from llamadecide.calibration.config import RunConfig
-from llamadecide.calibration.cross_validation import one_blas_thread
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrator
+from llamadecide.calibration.fitting import Calibrator, Candidate
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
 from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, method_fields
 from llamadecide.calibration.report import write_html
-from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, public, select, usable
+from llamadecide.calibration.selection import public, usable
+from llamadecide.calibration.steps import (
+    Certified,
+    Choice,
+    Fit,
+    Measured,
+    certify,
+    choose_method,
+    fit_method,
+    measure,
+    score_items,
+    split,
+)
 from llamadecide.calibration.thresholds import (
     Threshold,
-    conformal_quantile,
-    conformal_report,
-    evaluate_threshold,
-    reachable,
-    select_threshold,
 )
-from llamadecide.calibration.variant_scoring import score_variants
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
-from llamadecide.decisions.maths import confidence
 from llamadecide.errors import InvalidRequestError
 
 
@@ -56,16 +59,6 @@ class CalibrationResult:
     predictions: list[dict]
     curves: tuple[dict, dict]  # probabilities and labels per curve (raw, calibrated) for the plots
     threshold_coverage: float | None
-
-
-def split(n: int, calibration_size: int | None, test_size: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded disjoint calibration and test indices (a test size of 0: measured out of fold)."""
-    cal = calibration_size if calibration_size is not None else max(2, n // 3)
-    test = test_size if test_size is not None else n - cal
-    if cal < 2 or test < 0 or cal + test > n:
-        raise InvalidRequestError(f"cannot split {n} items into {cal} calibration and {test} test items")
-    order = np.random.default_rng(seed).permutation(n)
-    return np.sort(order[:cal]), np.sort(order[cal : cal + test])
 
 
 def calibrate(
@@ -123,188 +116,6 @@ def _cost(items: int, variants: int, scoring: dict, total_s: float) -> dict:
         "scoring_s_per_item": scoring["seconds"] / max(items, 1),
         "total_s_per_item": total_s / max(items, 1),
     }
-
-
-# -- scoring -----------------------------------------------------------------------------------------
-
-
-def score_items(
-    backend: Backend,
-    task: Task,
-    items: list[LabelledItem],
-    parts: tuple[np.ndarray, np.ndarray],
-    y: np.ndarray,
-    config: RunConfig,
-    *,
-    deferred: bool = True,
-) -> tuple[dict[Variant, VariantScores], dict]:
-    """Every used item's scores per variant. `deferred`: answers on a subsample stop once every
-    candidate reading them is behind, and the test part's wait until the chosen candidate reads them
-    (a later call without deferral scores them, the rest from the cache)."""
-    cal_idx, test_idx = parts
-    plan: dict = {}
-    timing = {"comparing_s": 0.0}
-
-    def settled(scored: dict[Variant, VariantScores]) -> bool:
-        started = time.perf_counter()
-        held = np.setdiff1d(cal_idx, demonstration_items(scored))
-        behind = any(r.get("behind") for r in select(scored, held, y[held], seed=config.seed)[0])
-        timing["comparing_s"] += time.perf_counter() - started
-        return behind
-
-    began = time.perf_counter()
-    cache = ScoreCache(Path(config.out_dir) / "cache.sqlite")
-    try:
-        scored = score_variants(
-            backend,
-            task,
-            items,
-            np.concatenate([cal_idx, test_idx]),
-            config,
-            cache,
-            pool=cal_idx,
-            split_parts=parts,  # as split: both scoring calls plan (and choose demonstrations) alike
-            report=plan,
-            **({"defer_answers": test_idx, "settled": settled} if deferred else {}),
-        )
-    finally:
-        cache.close()
-    return scored, {"seconds": time.perf_counter() - began, "comparing_s": timing["comparing_s"], "plan": plan}
-
-
-# -- choosing and fitting ----------------------------------------------------------------------------
-
-
-@dataclass
-class Choice:
-    results: list[dict]  # every candidate's cross-validated figures
-    selection: dict  # how the chosen one was chosen
-    chosen: dict  # its figures
-    variant: Variant
-    candidate: Candidate
-
-
-def choose_method(
-    scored: dict[Variant, VariantScores], cal_idx: np.ndarray, y: np.ndarray, config: RunConfig
-) -> Choice:
-    """Every (variant, candidate) cross-validated on the calibration part; the chosen one (`choose`)."""
-    results, fitted = select(scored, cal_idx, y[cal_idx], seed=config.seed)
-    best, selection = choose(results)
-    return Choice(results, selection, best, *fitted[best["label"]])
-
-
-@dataclass
-class Fit:
-    candidate: Candidate
-    calibrator: Calibrator | HeadCalibrator
-    fit_on: np.ndarray  # the calibration items it has what it reads for
-    y: np.ndarray  # their labels
-    P: np.ndarray  # its probabilities on them (in sample)
-    P_oof: np.ndarray  # their out-of-fold probabilities: what thresholds and conformal sets are set on
-
-
-def fit_method(data: VariantScores, candidate: Candidate, cal_idx: np.ndarray, y: np.ndarray, config: RunConfig) -> Fit:
-    """The chosen candidate fitted on the calibration items it has what it reads for (all of them,
-    unless the run's budget scored answers on a subsample), and its out-of-fold probabilities: a
-    fitted calibrator is over-confident on the very items it was fitted on."""
-    fit_on = usable(data, candidate, cal_idx)
-    with one_blas_thread():
-        calibrator = fit_variant(candidate, data, fit_on, y[fit_on])
-    P = apply_variant(calibrator, data, fit_on)
-    P_oof = out_of_fold(candidate, data, fit_on, y[fit_on], seed=config.seed)
-    return Fit(candidate, calibrator, fit_on, y[fit_on], P, P_oof)
-
-
-# -- certifying --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Certified:
-    threshold: Threshold | None
-    reachable: dict
-    qhat: float
-
-
-def certify(P_oof: np.ndarray, y: np.ndarray, weights: np.ndarray, config: RunConfig) -> Certified:
-    """The loosest threshold whose automatic answers clear the target precision at the confidence
-    level, on the out-of-fold probabilities of the items that certify (each with its weight), what
-    the items support when none does, and the conformal quantile."""
-    conf, correct = confidence(P_oof), P_oof.argmax(1) == y
-    uniform = bool(np.all(weights == 1.0))
-    threshold = select_threshold(
-        conf,
-        correct,
-        target=config.target_precision,
-        confidence_level=config.confidence_level,
-        weights=None if uniform else weights,
-    )
-    certifying = weights > 0
-    supported = reachable(
-        conf[certifying],
-        correct[certifying],
-        target=config.target_precision,
-        confidence_level=config.confidence_level,
-    )
-    return Certified(threshold, supported, conformal_quantile(P_oof, y, config.conformal_alpha))
-
-
-# -- measuring ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Measured:
-    P: np.ndarray  # calibrated probabilities on the measured items
-    y: np.ndarray
-    items: np.ndarray  # which items (indices into the run's items)
-    P_raw: np.ndarray  # the default variant's raw probabilities
-    y_raw: np.ndarray
-    raw_items: np.ndarray
-    raw_part: str  # test, calibration (raw answers only there), or out of fold
-    part: str  # test, or "out of fold" (no test part: the calibration part's held-out probabilities)
-    threshold: dict | None  # the certified threshold's figures on them
-    conformal: dict
-
-
-def measure(
-    scored: dict[Variant, VariantScores],
-    choice: Choice,
-    fit: Fit,
-    parts: tuple[np.ndarray, np.ndarray],
-    y: np.ndarray,
-    certified: Certified,
-    alpha: float,
-) -> Measured:
-    """The chosen calibrator, its threshold and conformal sets, and the raw answers on the test part;
-    with no test part, the calibration part's out-of-fold probabilities stand in (said as such)."""
-    cal_idx, test_idx = parts
-    data, default = scored[choice.variant], next(iter(scored))
-    raw_cal, raw_test = (usable(scored[default], Candidate("none", False), idx) for idx in (cal_idx, test_idx))
-    # Raw answers fit nothing, so where the test part has none (their scoring waited on a choice that
-    # read none) they are measured on the calibration items that have them.
-    raw_part = "test" if len(raw_test) else "calibration"
-    raw_items = raw_test if len(raw_test) else raw_cal
-    if len(test_idx):
-        items = usable(data, choice.candidate, test_idx)
-        P, part = apply_variant(fit.calibrator, data, items), "test"
-    else:
-        items, P, part = fit.fit_on, fit.P_oof, "out of fold"
-    threshold = (
-        evaluate_threshold(confidence(P), P.argmax(1) == y[items], certified.threshold.threshold)
-        if certified.threshold
-        else None
-    )
-    return Measured(
-        P,
-        y[items],
-        items,
-        Calibrator().apply(scored[default].L[raw_items], None),
-        y[raw_items],
-        raw_items,
-        raw_part,
-        part,
-        threshold,
-        {"alpha": alpha, **conformal_report(P, y[items], certified.qhat)},
-    )
 
 
 # -- the summary and the profile ---------------------------------------------------------------------

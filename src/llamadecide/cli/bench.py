@@ -69,8 +69,8 @@ def bench_command(
 ) -> None:
     """Latency and throughput by concurrency; decisions vs generate-and-parse; CPU vs GPU; cost per 1,000 requests."""
     from llamadecide.bench.results import markdown, plot, print_tables
-    from llamadecide.bench.run import BenchPlan, profile_holdout, run_bench, workload
-    from llamadecide.calibration.data import load_task, read_labelled
+    from llamadecide.bench.run import plan_for_file, run_bench
+    from llamadecide.calibration.data import load_task
     from llamadecide.cli.common import fail, wide_console
     from llamadecide.errors import LlamaDecideError
     from llamadecide.prices import load_prices
@@ -84,21 +84,17 @@ def bench_command(
             )
         data = REPOSITORY_DATA
     try:
-        the_task = load_task(task)
         table_prices = load_prices(prices)  # refused now, not after the measuring
-        labelled = read_labelled(data, text_column=text_column, label_column=label_column)
-        held, note, profile_name = set(), None, None
-        if profile is not None:
-            held, note = profile_holdout(profile, data, text_column, label_column, len(labelled))
-            profile_name = profile_name_of(profile)
-        plan = BenchPlan(
-            task=the_task,
-            items=workload(labelled, items, exclude=held),
+        plan = plan_for_file(
+            data,
+            load_task(task),
+            text_column,
+            label_column,
+            items,
+            profile,
             url=url,
             api_key=api_key,
             model=model,
-            profile_dir=profile,
-            profile_name=profile_name,
             predicate=predicate,
             kinds=("decision", "chat") if chat else ("decision",),
             concurrency=tuple(concurrency),
@@ -107,7 +103,6 @@ def bench_command(
             decision_batch=tuple(decision_batch),
             threads=tuple(threads),
             gpu=gpu,
-            accuracy_note=note,
         )
     except LlamaDecideError as exc:
         raise fail(exc.message) from exc
@@ -119,10 +114,3 @@ def bench_command(
     plot(results, out / "latency_throughput.png")
     print_tables(results, console)
     console.print(f"wrote {out}/results.json, results.md, latency_throughput.png, records.jsonl")
-
-
-def profile_name_of(profile: Path) -> str:
-    from llamadecide.calibration.profile import CalibrationProfile, profile_files
-
-    files = profile_files(profile) if profile.is_dir() else [profile]
-    return CalibrationProfile.load(files[0]).name

@@ -25,8 +25,8 @@ from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.certification import certification_counts, certification_weights
 from llamadecide.calibration.config import RunConfig, option
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.run import certify, choose_method, fit_method
 from llamadecide.calibration.selection import apply_variant
+from llamadecide.calibration.steps import certify, choose_method, fit_method
 from llamadecide.calibration.thresholds import weighted_lower_bound
 from llamadecide.calibration.variant_scoring import score_variants
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items

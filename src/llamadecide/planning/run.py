@@ -21,7 +21,8 @@ from llamadecide.bench.server_process import ServerProcess
 from llamadecide.calibration.backends import LocalBackend
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.run import calibrate, split
+from llamadecide.calibration.run import calibrate
+from llamadecide.calibration.steps import split
 from llamadecide.engine import Engine
 from llamadecide.engine.model_files import BUNDLED, installed, resolve_model_path
 from llamadecide.errors import InvalidRequestError
