@@ -87,6 +87,8 @@ def _invoke(*args: str):
         (["--model", "no-such-model"], "unknown model"),
         (["--model", "smollm2-135m-instruct", "--label-column", "sentence"], "not an option"),
         (["--model", "smollm2-135m-instruct", "--prices", "{prices}"], "lacks usd_per_hour"),
+        (["--model", "smollm2-135m-instruct", "--review-cost", "ten cents"], "valid number"),
+        (["--model", "smollm2-135m-instruct", "--review-cost", "-0.1"], "--review-cost"),
     ],
 )
 def test_bad_input_is_refused_before_a_model_loads(tmp_path, extra, complaint):
@@ -210,3 +212,49 @@ def test_a_rerun_resumes_every_finished_step(small_plan):
             continue
         assert before["resumed"] == [] and after["resumed"] == ["calibration", "served"]
         assert after["accuracy"] == before["accuracy"] and after["throughput_rps"] == before["throughput_rps"]
+
+
+def test_with_a_review_cost_the_plan_recommends_by_total_cost_and_states_the_break_even():
+    """Compute plus the people who take the escalated share: at 10 cents a review the model that
+    handles more automatically wins although its compute costs twice as much; below the break-even
+    review cost the cheaper one would."""
+    from llamadecide.planning.choice import break_even, recommend_by_total, total_cost
+
+    def model(name: str, share: float, compute: float) -> dict:
+        return {
+            "model": name,
+            "accuracy": 0.9,
+            "threshold": 0.8 if share else None,
+            "auto_share": share,
+            "instances": [
+                {
+                    "name": "ml.m5.large",
+                    "usd_per_1000": compute,
+                    "usd_per_1000_auto": compute / share if share else None,
+                    "usd_per_1000_total": total_cost(compute, share, 0.1),
+                    "basis": "test",
+                }
+            ],
+        }
+
+    strong, cheap, none = model("strong", 0.64, 0.008), model("cheap", 0.50, 0.004), model("none", 0.0, 0.001)
+    assert strong["instances"][0]["usd_per_1000_total"] == pytest.approx(0.008 + 0.36 * 100)
+    assert none["instances"][0]["usd_per_1000_total"] == pytest.approx(0.001 + 100)  # it escalates everything
+    rec = recommend_by_total([cheap, strong, none], 0.1)
+    assert rec["choice"]["model"] == "strong" and rec["runner_up"]["model"] == "cheap"
+    even = rec["break_even"]
+    # 0.008 + 0.36 * 1000 r == 0.004 + 0.50 * 1000 r  =>  r = 0.004 / 140
+    assert even["usd_per_review"] == pytest.approx(0.004 / 140) and even["above"].startswith("strong")
+    assert break_even((strong, strong["instances"][0]), (strong, strong["instances"][0])) is None
+    assert total_cost(None, 0.5, 0.1) is None and total_cost(0.01, 0.5, None) is None
+
+
+def test_instance_rows_price_the_people_a_plan_needs():
+    rows = {
+        r["name"]: r
+        for r in instance_rows(
+            load_prices(), throughput_rps=4.0, cpu_vcpu=2, auto_share=0.75, model_bytes=2**30, review_cost=0.1
+        )
+    }
+    large = rows["ml.c5.large"]
+    assert large["usd_per_1000_total"] == pytest.approx(large["usd_per_1000"] + 0.25 * 1000 * 0.1)

@@ -42,6 +42,15 @@ def plan_command(
             "model reaches, less 5 points)",
         ),
     ] = None,
+    review_cost: Annotated[
+        Optional[float],
+        typer.Option(
+            "--review-cost",
+            min=0.0,
+            help="USD a person's review of one escalated decision costs: each model x instance is then priced in "
+            "total per 1,000 decisions (compute and reviews) and recommended by it",
+        ),
+    ] = None,
     requests: Annotated[int, typer.Option("--requests", min=1, help="Measured requests per concurrency level")] = 32,
     concurrency: Annotated[
         list[int], typer.Option("--concurrency", min=1, help="Concurrency levels served (repeat)")
@@ -89,6 +98,7 @@ def plan_command(
             requests=requests,
             engine=settings.model_dump(include=given_settings(settings, PLAN_ENGINE_SETTINGS)),
             min_auto_share=min_auto_share,
+            review_cost=review_cost,
         )
         with Progress(
             SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console

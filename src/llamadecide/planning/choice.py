@@ -17,9 +17,12 @@ def instance_rows(
     model_bytes: int | None,
     gpu_rps: float | None = None,
     gpu_basis: str = "measured on GPU",
+    review_cost: float | None = None,
 ) -> list[dict]:
-    """Per instance: dollars per 1,000 decisions (the bench's cost table) and per 1,000 decisions
-    handled automatically (every request is paid for, only `auto_share` of them act alone)."""
+    """Per instance: dollars per 1,000 decisions (the bench's cost table), per 1,000 decisions
+    handled automatically (every request is paid for, only `auto_share` of them act alone), and with
+    `review_cost` (USD a person's review of one decision costs) the total per 1,000 decisions: the
+    compute and the people who take the escalated share (all of it without a certified threshold)."""
     rows = []
     for row in cost_table(
         prices,
@@ -39,10 +42,67 @@ def instance_rows(
                 "requests_per_second": row["requests_per_second"],
                 "usd_per_1000": usd,
                 "usd_per_1000_auto": usd / auto_share if usd is not None and auto_share else None,
+                "usd_per_1000_total": total_cost(usd, auto_share, review_cost),
                 "basis": row["basis"],
             }
         )
     return rows
+
+
+def total_cost(usd_per_1000: float | None, auto_share: float | None, review_cost: float | None) -> float | None:
+    """Compute plus reviews per 1,000 decisions: every escalated decision costs a review."""
+    if usd_per_1000 is None or review_cost is None:
+        return None
+    return usd_per_1000 + (1.0 - (auto_share or 0.0)) * 1000 * review_cost
+
+
+def break_even(first: tuple[dict, dict], second: tuple[dict, dict]) -> dict | None:
+    """The review cost at which two (model, instance) pairs cost the same in total: above it the one
+    handling more automatically is cheaper, below it the one cheaper to compute. None when their
+    shares are equal (they never cross)."""
+    (m1, i1), (m2, i2) = first, second
+    s1, s2 = m1.get("auto_share") or 0.0, m2.get("auto_share") or 0.0
+    if abs(s1 - s2) < 1e-12:
+        return None
+    cost = (i2["usd_per_1000"] - i1["usd_per_1000"]) / (1000 * (s2 - s1))
+    more, less = ((m1, i1), (m2, i2)) if s1 > s2 else ((m2, i2), (m1, i1))
+    return {
+        "usd_per_review": cost,
+        "above": f"{more[0]['model']} on {more[1]['name']}",
+        "below": f"{less[0]['model']} on {less[1]['name']}",
+    }
+
+
+def recommend_by_total(models: list[dict], review_cost: float) -> dict:
+    """The (model, instance) with the lowest total cost per 1,000 decisions, compute and reviews (a
+    model with no certified threshold escalates everything), the runner-up on another model, and the
+    review cost at which the two would swap."""
+    pairs = [
+        (model, instance)
+        for model in models
+        if not model.get("error")
+        for instance in model["instances"]
+        if instance.get("usd_per_1000_total") is not None
+    ]
+    rule = f"lowest total per 1,000 decisions: compute and {review_cost:g} USD a review of each escalated one"
+    if not pairs:
+        return {"choice": None, "rule": rule, "why": "no model with a priced instance"}
+    ranked = sorted(pairs, key=lambda pair: pair[1]["usd_per_1000_total"])
+    model, instance = ranked[0]
+    choice = {**_pair(model, instance), "usd_per_1000_total": instance["usd_per_1000_total"]}
+    others = [pair for pair in ranked if pair[0]["model"] != model["model"]]
+    result = {"choice": choice, "rule": rule, "review_cost": review_cost, "runner_up": None, "break_even": None}
+    why = (
+        f"{model['model']} on {instance['name']}: {instance['usd_per_1000_total']:.2f} USD per 1,000 decisions "
+        f"({instance['usd_per_1000']:.4f} of compute, {(1 - (model['auto_share'] or 0)):.1%} escalated)"
+    )
+    if others:
+        second = others[0]
+        result["runner_up"] = {**_pair(*second), "usd_per_1000_total": second[1]["usd_per_1000_total"]}
+        result["break_even"] = break_even((model, instance), second)
+        why += f"; then {second[0]['model']} on {second[1]['name']} at {second[1]['usd_per_1000_total']:.2f}"
+    result["why"] = why
+    return result
 
 
 def priced(models: list[dict]) -> list[tuple[dict, dict]]:

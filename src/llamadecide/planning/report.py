@@ -86,7 +86,17 @@ def write_html(result: dict, out: Path) -> None:
     ]
     if choice and rec.get("runner_up"):
         second = rec["runner_up"]
-        parts.append(f"<p>Runner-up: {esc(second['model'])} on {esc(second['instance'])}, {esc(second['why'])}.</p>")
+        why = second.get("why") or f"{second['usd_per_1000_total']:.2f} USD per 1,000 decisions in total"
+        parts.append(f"<p>Runner-up: {esc(second['model'])} on {esc(second['instance'])}, {esc(why)}.</p>")
+    if rec.get("break_even"):
+        even = rec["break_even"]
+        parts.append(
+            f"<p>Break-even review cost: <b>{even['usd_per_review']:.4f} USD</b> a review. Above it "
+            f"{esc(even['above'])} costs less in total (it sends fewer decisions to people); below it "
+            f"{esc(even['below'])} (its compute is cheaper).</p>"
+        )
+    elif rec.get("review_cost") is not None and rec.get("runner_up"):
+        parts.append("<p>The two handle the same share automatically: no review cost changes their order.</p>")
     parts += [
         "<h2>Models</h2><table><tr><th>model</th><th>method</th><th>accuracy</th><th>ECE</th><th>threshold</th>"
         "<th>handled automatically</th><th>precision there (test)</th><th>p50 s (1 client)</th>"
@@ -107,7 +117,12 @@ def write_html(result: dict, out: Path) -> None:
     parts.append(
         "<h2>Cost per model and instance</h2><p>Bold: on the Pareto front.</p><table><tr><th>model</th>"
         "<th>instance</th><th>req/s</th><th>USD per 1,000</th><th>USD per 1,000 handled automatically</th>"
-        "<th>basis</th></tr>"
+        + (
+            f"<th>USD per 1,000 in total (reviews at {result['review_cost']:g} USD)</th>"
+            if result.get("review_cost") is not None
+            else ""
+        )
+        + "<th>basis</th></tr>"
     )
     for m in result["models"]:
         for i in m.get("instances", []):
@@ -115,7 +130,13 @@ def write_html(result: dict, out: Path) -> None:
             parts.append(
                 f"<tr{cls}><td>{esc(m['model'])}</td><td>{esc(i['name'])}</td>"
                 f"<td>{fmt(i['requests_per_second'], '.2f')}</td><td>{fmt(i['usd_per_1000'], '.4f')}</td>"
-                f"<td>{fmt(i['usd_per_1000_auto'], '.4f')}</td><td>{esc(i['basis'])}</td></tr>"
+                f"<td>{fmt(i['usd_per_1000_auto'], '.4f')}</td>"
+                + (
+                    f"<td>{fmt(i.get('usd_per_1000_total'), '.2f')}</td>"
+                    if result.get("review_cost") is not None
+                    else ""
+                )
+                + f"<td>{esc(i['basis'])}</td></tr>"
             )
     parts.append("</table>")
     parts += ["<h2>Cost against automation</h2>", _image(out / "pareto.png"), "<h2>Reliability</h2><div>"]
@@ -150,22 +171,32 @@ def print_plan(result: dict, console: Console | None = None) -> None:
             f"{m['throughput_rps']:.2f}",
         )
     console.print(models)
+    totals = result.get("review_cost") is not None
     costs = Table(title="USD per 1,000 decisions: the two cheapest instances of each model")
-    for column in ("model", "instance", "USD / 1,000", "USD / 1,000 auto", "basis"):
+    columns = ["model", "instance", "USD / 1,000", "USD / 1,000 auto"] + (["USD / 1,000 total"] if totals else [])
+    for column in (*columns, "basis"):
         costs.add_column(column, justify="right")
+    key = "usd_per_1000_total" if totals else "usd_per_1000_auto"
     for m in result["models"]:
-        priced = [i for i in m.get("instances", []) if i["usd_per_1000_auto"] is not None]
-        for i in sorted(priced, key=lambda i: i["usd_per_1000_auto"])[:2]:
-            costs.add_row(
-                m["model"], i["name"], fmt(i["usd_per_1000"], ".4f"), fmt(i["usd_per_1000_auto"], ".4f"), i["basis"]
-            )
+        priced = [i for i in m.get("instances", []) if i.get(key) is not None]
+        for i in sorted(priced, key=lambda i: i[key])[:2]:
+            figures = [fmt(i["usd_per_1000"], ".4f"), fmt(i["usd_per_1000_auto"], ".4f")]
+            figures += [fmt(i["usd_per_1000_total"], ".2f")] if totals else []
+            costs.add_row(m["model"], i["name"], *figures, i["basis"])
     console.print(costs)
     rec = result["recommendation"]
     if rec.get("choice"):
         console.print(f"[bold]recommended[/bold]: {rec['why']}")
         if rec.get("runner_up"):
             second = rec["runner_up"]
-            console.print(f"runner-up: {second['model']} on {second['instance']}, {second['why']}")
+            why = second.get("why") or f"{second['usd_per_1000_total']:.2f} USD per 1,000 decisions in total"
+            console.print(f"runner-up: {second['model']} on {second['instance']}, {why}")
+        if rec.get("break_even"):
+            even = rec["break_even"]
+            console.print(
+                f"break-even review cost {even['usd_per_review']:.4f} USD: above it {even['above']}, "
+                f"below it {even['below']}"
+            )
     else:
         console.print(f"[yellow]no recommendation[/yellow]: {rec['why']}")
     console.print(f"rule: {rec['rule']}")

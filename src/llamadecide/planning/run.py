@@ -26,7 +26,7 @@ from llamadecide.calibration.steps import split
 from llamadecide.engine import Engine
 from llamadecide.engine.model_files import BUNDLED, installed, resolve_model_path
 from llamadecide.errors import InvalidRequestError
-from llamadecide.planning.choice import instance_rows, pareto_front, recommend
+from llamadecide.planning.choice import instance_rows, pareto_front, recommend, recommend_by_total
 from llamadecide.settings import Settings
 
 STEP_FILE = "plan-step.json"
@@ -44,6 +44,7 @@ class PlanConfig:
     # Engine settings the user gave (the flags of `plan`), for every model's calibration and server.
     engine: dict[str, Any] = dataclasses.field(default_factory=dict)
     min_auto_share: float | None = None
+    review_cost: float | None = None  # USD a person's review of one escalated decision costs
 
 
 def installed_models() -> tuple[str, ...]:
@@ -138,6 +139,7 @@ def plan(
                 model_bytes=row["model_bytes"],
                 gpu_rps=gpu[0] if gpu else None,
                 gpu_basis=gpu[1] if gpu else "measured on GPU",
+                review_cost=config.review_cost,
             )
         models.append(row)
     result = {
@@ -150,7 +152,12 @@ def plan(
         "prices": prices.get("source"),
         "models": models,
         "pareto": [{"model": m, "instance": i} for m, i in pareto_front(models)],
-        "recommendation": recommend(models, config.run.target_precision, config.min_auto_share),
+        "recommendation": (
+            recommend_by_total(models, config.review_cost)
+            if config.review_cost is not None
+            else recommend(models, config.run.target_precision, config.min_auto_share)
+        ),
+        "review_cost": config.review_cost,
     }
     (out / "plan.json").write_text(json.dumps(result, indent=2, default=float))
     return result
