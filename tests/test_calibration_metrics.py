@@ -155,9 +155,11 @@ def test_every_fitted_method_gives_what_its_served_profile_gives():
                 candidate.prior_correction,
                 candidate.lexical,
                 candidate.features,
+                candidate.fit,
             )
         )
-    assert len(seen) == 16  # 3 kinds x length norm x prior correction, and heads: 2 feature sets x lexical
+    # 3 kinds x length norm x prior correction; heads: 2 feature sets x lexical, and class means x lexical
+    assert len(seen) == 18
 
 
 def question_options(question) -> list:
@@ -183,3 +185,38 @@ def test_the_reliability_diagram_shows_how_many_items_each_bin_holds():
         assert sizes.min() < sizes.max() / 4  # a bin of one item is drawn small
     finally:
         plt.close(fig)
+
+
+def test_few_label_folds_keep_every_option_with_two_labels_in_every_training_part():
+    from llamadecide.calibration.fitting import splitter
+
+    y = np.repeat(np.arange(30), 2)  # two labels an option, 30 options
+    folds = list(splitter(np.zeros((len(y), 30)), y, 5, seed=1))
+    assert len(folds) == 5 and sorted(np.concatenate([held for _, held in folds]).tolist()) == list(range(len(y)))
+    for train, held in folds:
+        assert set(y[train]) == set(range(30))  # every option still has a label to learn from
+        assert abs(len(held) - len(y) / 5) <= 1
+
+
+def test_a_class_means_head_learns_from_one_or_two_labels_an_option():
+    """Options as clusters of hidden states: from two labels each, the class means head names most of
+    a fresh sample right, where the logistic head at the same labels does worse or no better."""
+    from llamadecide.calibration.fitting import fit_class_means, fit_head
+
+    rng = np.random.default_rng(7)
+    k, width = 20, 64
+    centres = rng.normal(0, 1.0, (k, width))
+
+    def sample(per: int):
+        y = np.repeat(np.arange(k), per)
+        return centres[y] + rng.normal(0, 0.9, (len(y), width)), y
+
+    H, y = sample(2)
+    H_test, y_test = sample(20)
+    head = fit_class_means(H, y, k)
+    accuracy = (head.apply(np.zeros((len(y_test), k)), None, H_test).argmax(1) == y_test).mean()
+    assert accuracy > 0.8
+    one_each = fit_class_means(H[::2], y[::2], k)  # a single label an option: its own mean
+    assert (one_each.apply(np.zeros((len(y_test), k)), None, H_test).argmax(1) == y_test).mean() > 0.6
+    logistic = fit_head(np.zeros((len(y), k)), H, y, C=0.05, features="hidden-1")
+    assert accuracy >= (logistic.apply(np.zeros((len(y_test), k)), None, H_test).argmax(1) == y_test).mean()

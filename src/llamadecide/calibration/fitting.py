@@ -71,6 +71,7 @@ class HeadCalibrator:
     kind: Kind = "head"
     length_normalize: bool = False
     prior: None = None
+    fit: str = "logistic"  # or "class-means" (`fit_class_means`)
 
     def apply(
         self,
@@ -97,22 +98,30 @@ def fit_head(
     texts: Sequence[str] | None = None,
     seed: int = 0,
     features: str = LOGLIK_HIDDEN,
+    fit: str = "logistic",
 ) -> HeadCalibrator:
-    """Multinomial logistic regression on standardised features; classes absent from `y` get a
-    very low intercept (never predicted), so the head always has one row per option. With `texts`,
-    also a lexical expert (`decisions.lexical`), fused with weights that minimise the held-out NLL
-    of both experts' out-of-fold probabilities (3 folds of the same items; each fold's head starts
-    from the whole head, which it differs little from)."""
-    head = _fit_logistic(L, hidden, y, C=C, features=features)
+    """Multinomial logistic regression on standardised features (or, `fit="class-means"`, the
+    options' mean hidden states: `fit_class_means`); classes absent from `y` get a very low intercept
+    (never predicted), so the head always has one row per option. With `texts`, also a lexical expert
+    (`decisions.lexical`), fused with weights that minimise the held-out NLL of both experts'
+    out-of-fold probabilities (3 folds of the same items; each fold's logistic head starts from the
+    whole head, which it differs little from)."""
+    k = L.shape[1]
+
+    def core(rows: np.ndarray, start: HeadCalibrator | None = None) -> HeadCalibrator:
+        if fit == "class-means":
+            return fit_class_means(hidden[rows], y[rows], k)
+        return _fit_logistic(L[rows], hidden[rows], y[rows], C=C, features=features, start=start)
+
+    head = core(np.arange(len(y)))
     if texts is None:
         return head
     texts = list(texts)
-    k = L.shape[1]
     lexical = _fit_lexical(texts, y, k)
     head_oof = np.zeros_like(L, dtype=np.float64)
     lexical_oof = np.zeros_like(head_oof)
     for train, held in splitter(L, y, 3, seed):
-        inner = _fit_logistic(L[train], hidden[train], y[train], C=C, features=features, start=head)
+        inner = core(train, start=head)
         head_oof[held] = np.log(np.clip(inner.apply(L[held], None, hidden[held]), 1e-300, None))
         lexical_oof[held] = _fit_lexical([texts[i] for i in train], y[train], k).log_probabilities(
             [texts[i] for i in held]
@@ -123,7 +132,47 @@ def fit_head(
         method="L-BFGS-B",
         bounds=[(0.0, 5.0)] * 2,
     ).x
-    return HeadCalibrator(head.weights, head.intercept, C, lexical, (float(w[0]), float(w[1])), features)
+    return HeadCalibrator(
+        head.weights, head.intercept, head.C, lexical, (float(w[0]), float(w[1])), head.features, fit=head.fit
+    )
+
+
+def fit_class_means(hidden: np.ndarray, y: np.ndarray, k: int) -> HeadCalibrator:
+    """A head from one or two labels an option: each option's mean hidden state (standardised), and
+    softmax(-|h - mean|^2 / t) over the options, the temperature t minimising the leave-one-out NLL
+    (each item against the means of the others). Linear in h (the |h|^2 term is the same for every
+    option), so it is served as any head on the hidden state alone. An option without a label is
+    never predicted; one with a single label is its own mean (it has no leave-one-out score)."""
+    mean, scale = hidden.mean(0), hidden.std(0)
+    scale[scale < 1e-8] = 1.0
+    Z = (hidden - mean) / scale
+    present = np.unique(y)
+    counts = np.bincount(y, minlength=k).astype(float)
+    sums = np.zeros((k, Z.shape[1]))
+    np.add.at(sums, y, Z)
+    means = sums / np.maximum(counts, 1.0)[:, None]
+    # Squared distances to each option's mean (|z|^2 - 2 z.m + |m|^2: no items x options x width array),
+    # each item against its own option's mean without it (leave one out).
+    squares = (Z**2).sum(1)
+    distances = squares[:, None] - 2 * Z @ means[present].T + (means[present] ** 2).sum(1)[None, :]
+    own = np.searchsorted(present, y)
+    alone = counts[y] > 1
+    loo_mean = (sums[y] - Z) / np.maximum(counts[y] - 1.0, 1.0)[:, None]
+    rows = np.arange(len(y))
+    distances[rows, own] = np.where(alone, ((Z - loo_mean) ** 2).sum(-1), distances[rows, own])
+    usable = alone & (len(present) > 1)
+    if usable.any():
+        result = minimize_scalar(
+            lambda log_t: _nll(-distances[usable] / np.exp(log_t), own[usable]), bounds=(-2.0, 12.0), method="bounded"
+        )
+        temperature = float(np.exp(result.x))
+    else:
+        temperature = float(np.median(distances)) or 1.0
+    weights = np.zeros((k, Z.shape[1]))
+    bias = np.full(k, -30.0)
+    weights[present] = 2.0 * means[present] / temperature / scale
+    bias[present] = -((means[present] ** 2).sum(-1)) / temperature - weights[present] @ mean
+    return HeadCalibrator(weights, bias, 0.0, features=HIDDEN_ONLY, fit="class-means")
 
 
 def _fit_logistic(
@@ -232,6 +281,7 @@ class Candidate:
     C: float = 0.0  # heads only: inverse regularisation strength
     lexical: bool = False  # heads only: fused with a lexical expert on the input text
     features: str = LOGLIK_HIDDEN  # heads only: `hidden-1` reads the hidden state alone (no answer scored)
+    fit: str = "logistic"  # heads only: or "class-means", from one or two labels an option
 
     @property
     def reads_answers(self) -> bool:
@@ -242,7 +292,8 @@ class Candidate:
     def label(self) -> str:
         if self.kind == "head":
             reads = "hidden state" if self.features == HIDDEN_ONLY else ""
-            return f"head ({reads + ', ' if reads else ''}C={self.C:g})" + (" + lexical" if self.lexical else "")
+            fitted = "class means" if self.fit == "class-means" else f"C={self.C:g}"
+            return f"head ({reads + ', ' if reads else ''}{fitted})" + (" + lexical" if self.lexical else "")
         parts = [self.kind]
         if self.prior_correction:
             parts.append("prior-corrected")
@@ -274,6 +325,7 @@ def candidates(
             for x in lexical
             for c in HEAD_C_GRID
         )
+        found.extend(Candidate("head", False, lexical=x, features=HIDDEN_ONLY, fit="class-means") for x in lexical)
     return found
 
 
@@ -293,7 +345,13 @@ def fit_candidate(
         if candidate.lexical and texts is None:
             raise ValueError("a lexical expert needs the input texts")
         return fit_head(
-            L, hidden, y, C=candidate.C, texts=texts if candidate.lexical else None, features=candidate.features
+            L,
+            hidden,
+            y,
+            C=candidate.C,
+            texts=texts if candidate.lexical else None,
+            features=candidate.features,
+            fit=candidate.fit,
         )
     if candidate.prior_correction and prior is None:
         raise ValueError("prior correction needs the content-free prior")
@@ -322,10 +380,26 @@ def ignore_class_count_warning() -> None:
 
 
 def splitter(L: np.ndarray, y: np.ndarray, folds: int, seed: int):
-    from sklearn.model_selection import KFold
-
+    """Cross-validation folds of the labelled items. With every option labelled at least `folds`
+    times, scikit-learn's stratified folds. With fewer (a few labels an option), folds of our own
+    that still keep every option in every fold's training part where it can: an option's items go to
+    different folds, so an option with two labels keeps one whichever fold is held out (plain folds
+    would leave whole options out of training, and a head could not learn them)."""
     counts = np.bincount(y, minlength=L.shape[1])
     present = counts[counts > 0]
     if len(present) >= 2 and present.min() >= folds:
         return StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(L, y)
-    return KFold(n_splits=folds, shuffle=True, random_state=seed).split(L, y)
+    return few_label_folds(y, folds, seed)
+
+
+def few_label_folds(y: np.ndarray, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each option's items dealt round-robin over the folds (a seeded order of options and items, the
+    deal continuing from one option to the next so the folds stay even)."""
+    rng = np.random.default_rng(seed)
+    fold_of = np.empty(len(y), dtype=int)
+    dealt = 0
+    for option in rng.permutation(np.unique(y)):
+        members = rng.permutation(np.flatnonzero(y == option))
+        fold_of[members] = (dealt + np.arange(len(members))) % folds
+        dealt += len(members)
+    return [(np.flatnonzero(fold_of != f), np.flatnonzero(fold_of == f)) for f in range(folds) if (fold_of == f).any()]

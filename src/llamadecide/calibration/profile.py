@@ -56,6 +56,7 @@ class HeadParams(BaseModel):
     lexical: Optional[LexicalParams] = None
     # The block whose output the head reads (None: the final state, after the output norm).
     layer: Optional[int] = Field(default=None, ge=0)
+    fit: Literal["logistic", "class-means"] = "logistic"  # how the weights were fitted (served alike)
 
     @classmethod
     def from_calibrator(cls, head, layer: int | None = None) -> HeadParams:
@@ -78,6 +79,7 @@ class HeadParams(BaseModel):
             C=head.C,
             lexical=expert,
             layer=layer,
+            fit=getattr(head, "fit", "logistic"),
         )
 
     def build(self):
@@ -197,8 +199,9 @@ class CalibrationProfile(BaseModel):
         method = self.method
         if self.head is not None:
             method += (" (hidden state)" if self.head.features == "hidden-1" else "") + (
-                " + lexical" if self.head.lexical else ""
+                ", class means" if self.head.fit == "class-means" else ""
             )
+            method += " + lexical" if self.head.lexical else ""
         shots = len(self.demonstrations or ())
         if not shots:
             return method

@@ -69,6 +69,7 @@ def select(
                     "kind": candidate.kind,
                     "lexical": candidate.lexical,
                     "features": candidate.features,
+                    "fit": candidate.fit,
                     "reads_answers": candidate.reads_answers,
                     "length_normalize": candidate.length_normalize,
                     "prior_correction": candidate.prior_correction,
@@ -201,6 +202,7 @@ def complexity(variant: Variant, candidate: Candidate, cost: float | None = None
         int(candidate.prior_correction),
         int(candidate.length_normalize),
         int(candidate.reads_answers),
+        int(candidate.fit == "class-means"),  # fitted from means alone; chosen only where it does better
         candidate.C,
     )
 
