@@ -157,3 +157,13 @@ def test_an_acknowledged_label_survives_kill_9(tmp_path):
         assert len(reopened.labelled()) == 50
     finally:
         reopened.close()
+
+
+def test_every_draw_of_an_item_is_kept_with_its_chance(store):
+    """A queued item carries the draw that queued it; a labelling round that draws it again adds a
+    draw of that round's frame (an item picked with no chance carries none)."""
+    store.record([item("a", chance=0.25, frame="pool:r1"), item("b", queued=False)])
+    store.add_labels([Label("a", "0", "billing")])
+    store.add_draws([("a", "0", "pool:r2", 0.5)])
+    [record] = store.labelled()
+    assert record.draws == (("pool:r1", 0.25), ("pool:r2", 0.5))

@@ -26,8 +26,8 @@ TASK = Task("compass", "choice", "Which way?", OPTIONS, [None] * 4, {o: o for o 
 def _items(draw_of_wrong: Draw) -> list[LabelledItem]:
     """240 items labelled truly, certifying with chance 1; 60 more whose labels are wrong (a person
     who picked them by hand and erred), drawn as given."""
-    good = [LabelledItem(str(i), f"item {i}", OPTIONS[i % 4], Draw(1.0, "file")) for i in range(240)]
-    wrong = [LabelledItem(str(i), f"item {i}", OPTIONS[(i + 1) % 4], draw_of_wrong) for i in range(240, 300)]
+    good = [LabelledItem(str(i), f"item {i}", OPTIONS[i % 4], (Draw(1.0, "file"),)) for i in range(240)]
+    wrong = [LabelledItem(str(i), f"item {i}", OPTIONS[(i + 1) % 4], (draw_of_wrong,)) for i in range(240, 300)]
     return good + wrong
 
 

@@ -34,34 +34,52 @@ class Draw:
         return self.chance is not None and 0 < self.chance <= 1
 
 
-def certification_weights(draws: Sequence[Draw]) -> np.ndarray:
-    """Each item's weight in a guarantee: 0 for an item of unknown chance; within its frame its
-    inverse chance, scaled so that the frame's weights sum to its effective size."""
-    weights = np.zeros(len(draws))
-    frames: dict[str, list[int]] = {}
-    for i, draw in enumerate(draws):
-        if draw.certifies:
-            frames.setdefault(draw.frame, []).append(i)
-    for members in frames.values():
-        inverse = np.array([1.0 / draws[i].chance for i in members])
-        effective = inverse.sum() ** 2 / (inverse**2).sum()
-        weights[members] = effective * inverse / inverse.sum()
+Draws = Draw | tuple[Draw, ...]  # an item's draws: one, or every time it was drawn (a labelling round's frame each)
+
+
+def _draws(item: Draws) -> tuple[Draw, ...]:
+    return item if isinstance(item, tuple) else (item,)
+
+
+def _frames(items: Sequence[Draws]) -> dict[str, list[tuple[int, float]]]:
+    """Each frame's certifying draws: (item, chance)."""
+    frames: dict[str, list[tuple[int, float]]] = {}
+    for i, item in enumerate(items):
+        for draw in _draws(item):
+            if draw.certifies:
+                frames.setdefault(draw.frame, []).append((i, draw.chance))
+    return frames
+
+
+def _effective_size(inverse: np.ndarray) -> float:
+    return float(inverse.sum() ** 2 / (inverse**2).sum())
+
+
+def certification_weights(items: Sequence[Draws]) -> np.ndarray:
+    """Each item's weight in a guarantee: 0 for an item of unknown chance; within each frame it was
+    drawn in, its inverse chance, scaled so that the frame's weights sum to its effective size (an
+    item drawn in several frames adds its weight in each)."""
+    weights = np.zeros(len(items))
+    for entries in _frames(items).values():
+        inverse = np.array([1.0 / chance for _, chance in entries])
+        np.add.at(weights, [i for i, _ in entries], _effective_size(inverse) * inverse / inverse.sum())
     return weights
 
 
-def certification_counts(draws: Sequence[Draw]) -> dict:
+def certification_counts(items: Sequence[Draws]) -> dict:
     """How many items certify and how many only train, and the frames they were drawn in."""
-    weights = certification_weights(draws)
-    frames: dict[str, dict] = {}
-    for draw, weight in zip(draws, weights):
-        if draw.certifies:
-            frame = frames.setdefault(draw.frame, {"items": 0, "effective_size": 0.0})
-            frame["items"] += 1
-            frame["effective_size"] += float(weight)
+    weights = certification_weights(items)
+    frames = {
+        name: {
+            "items": len({i for i, _ in entries}),
+            "effective_size": _effective_size(np.array([1.0 / chance for _, chance in entries])),
+        }
+        for name, entries in _frames(items).items()
+    }
     certifying = int((weights > 0).sum())
     return {
         "certify": certifying,
-        "train_only": len(draws) - certifying,
+        "train_only": len(items) - certifying,
         "effective_size": float(weights.sum()),
         "frames": frames,
     }

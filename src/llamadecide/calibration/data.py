@@ -23,8 +23,9 @@ class LabelledItem:
     text: str
     label: str
     # How it came to be labelled: an item of a labelled file is one of a census (chance 1); items from
-    # the label store carry their recorded chance (none: picked by hand, trains but never certifies).
-    draw: Draw = Draw(1.0, "file")
+    # the label store carry every draw with its recorded chance (none: picked by hand, trains but
+    # never certifies).
+    draws: tuple[Draw, ...] = (Draw(1.0, "file"),)
 
 
 def _column(row: list[str] | dict, column: str, header: list[str] | None, path: Path) -> str:

@@ -88,7 +88,7 @@ def run_calibration(
         scored, more = score_items(backend, task, items, parts, y, config, deferred=False)
         scoring.update(seconds=scoring["seconds"] + more["seconds"], plan=more["plan"])
     fit = fit_method(scored[choice.variant], choice.candidate, cal_idx, y, config)
-    draws = [items[i].draw for i in fit.fit_on]
+    draws = [items[i].draws for i in fit.fit_on]
     certified = certify(fit.P_oof, fit.y, certification_weights(draws), config)
     measured = measure(scored, choice, fit, (cal_idx, test_idx), y, certified, config.conformal_alpha)
     summary = summarise(backend, task, config, scored, choice, fit, certified, measured, (cal_idx, test_idx), y)

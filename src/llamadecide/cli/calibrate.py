@@ -127,7 +127,7 @@ def run_items(task, data, text_column, label_column, labels, label_profile, pare
     if data is not None:
         fingerprint = file_fingerprint(data, text_column, label_column)
         items = [
-            dataclasses.replace(item, draw=Draw(1.0, f"file:{fingerprint[:12]}"))
+            dataclasses.replace(item, draws=(Draw(1.0, f"file:{fingerprint[:12]}"),))
             for item in read_labelled(data, text_column=text_column, label_column=label_column)
         ]
         parts.append(fingerprint)

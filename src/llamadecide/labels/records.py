@@ -98,6 +98,7 @@ class LabelledRecord:
     item: ReviewItem
     label: Any
     labelled: float  # when the current label was given
+    draws: tuple[tuple[str, float], ...] = ()  # every draw of known chance that took it: (frame, chance)
 
     @property
     def correct(self) -> bool:

@@ -43,7 +43,7 @@ def store_labels(store: LabelStore, task: Task, *, profile: str | None = None) -
             item_id(r),
             r.item.input,
             _data_label(r.label),
-            Draw(r.item.chance if r.item.certifies else None, r.item.frame),
+            tuple(Draw(chance, frame) for frame, chance in r.draws) or (Draw(None, r.item.frame),),
         )
         for r in usable
     ]

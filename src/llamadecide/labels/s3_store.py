@@ -57,6 +57,13 @@ class S3LabelStore:
                 key = self._key("items", item_key(item.id, item.question) + ".json")
                 self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(asdict(item)).encode())
 
+    def add_draws(self, draws: Sequence[tuple[str, str, str, float]]) -> None:
+        for id, question, frame, chance in draws:
+            key = self._key("draws", item_key(id, question), f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json")
+            self.s3.put_object(
+                Bucket=self.bucket, Key=key, Body=json.dumps({"frame": frame, "chance": chance}).encode()
+            )
+
     def add_labels(self, labels: Sequence[Label]) -> int:
         checked = []
         for n, label in enumerate(labels):  # every label is checked before any is written
@@ -129,7 +136,10 @@ class S3LabelStore:
         origin: str | None = None,
     ) -> list[LabelledRecord]:
         records = []
-        for keys in self._labels_by_item().values():
+        redrawn: dict[str, list[str]] = {}
+        for key in sorted(self._list(self._key("draws"))):
+            redrawn.setdefault(key.rsplit("/", 2)[-2], []).append(key)
+        for held, keys in self._labels_by_item().items():
             body = self._read(keys[-1])
             item = _item(body["item"])
             wanted = (("task", task), ("version", version), ("origin", origin))
@@ -137,7 +147,9 @@ class S3LabelStore:
                 continue
             if options is not None and list(item.options) != list(options):
                 continue
-            records.append(LabelledRecord(item, body["label"], body["created"]))
+            draws = ((item.frame, item.chance),) if item.certifies else ()
+            draws += tuple((d["frame"], d["chance"]) for d in map(self._read, redrawn.get(held, ())))
+            records.append(LabelledRecord(item, body["label"], body["created"], draws))
         return sorted(records, key=lambda r: r.labelled)
 
     def history(self, id: str, question: str) -> list[tuple[Any, str, float]]:

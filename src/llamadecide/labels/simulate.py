@@ -239,7 +239,7 @@ def fit_baseline(
     idx = np.sort(np.random.default_rng(config.run.seed).permutation(pool)[: config.baseline_labels])
     from llamadecide.calibration.certification import Draw
 
-    _, point = refit(scored, idx, [Draw(1.0, "baseline")] * len(idx), y, parts.test, config)
+    _, point = refit(scored, idx, [(Draw(1.0, "baseline"),)] * len(idx), y, parts.test, config)
     return point
 
 
@@ -257,10 +257,10 @@ def honesty(replays: list[dict], target: float) -> dict:
     }
 
 
-def _draw(record):
+def _draw(record) -> tuple:
     from llamadecide.calibration.certification import Draw
 
-    return Draw(record.item.chance if record.item.certifies else None, record.item.frame)
+    return tuple(Draw(chance, frame) for frame, chance in record.draws) or (Draw(None, record.item.frame),)
 
 
 def _serve(store, task: Task, item: LabelledItem, gold: int, answer, config, rng, version: str) -> int:

@@ -48,6 +48,14 @@ CREATE TABLE IF NOT EXISTS labels (
     current INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS labels_current ON labels (id, question, current);
+CREATE TABLE IF NOT EXISTS draws (
+    id TEXT NOT NULL,
+    question TEXT NOT NULL,
+    frame TEXT NOT NULL,
+    chance REAL NOT NULL,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS draws_item ON draws (id, question);
 """
 COLUMNS = (
     "id",
@@ -96,11 +104,26 @@ class SqliteLabelStore:
     # -- writing -----------------------------------------------------------------------------------
 
     def record(self, items: Sequence[ReviewItem]) -> None:
-        """Keep served decisions (and items drawn for labelling); an item already held keeps its first record."""
-        rows = [_row(item) for item in items]
+        """Keep served decisions (and items drawn for labelling), a queued one with its draw; an item
+        already held keeps its first record (a later draw of it is `add_draws`')."""
+        insert = f"INSERT OR IGNORE INTO items ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+        with self._lock, self._transaction():
+            for item in items:
+                added = self._db.execute(insert, _row(item)).rowcount
+                if added and item.certifies:
+                    self._db.execute(
+                        "INSERT INTO draws (id, question, frame, chance, created) VALUES (?, ?, ?, ?, ?)",
+                        (item.id, item.question, item.frame, item.chance, item.created),
+                    )
+
+    def add_draws(self, draws: Sequence[tuple[str, str, str, float]]) -> None:
+        """Items already held drawn again, each (id, question, frame, chance): a labelling round draws
+        from the whole pool, labelled items included, and each round's frame counts its draws."""
+        now = time.time()
         with self._lock, self._transaction():
             self._db.executemany(
-                f"INSERT OR IGNORE INTO items ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})", rows
+                "INSERT INTO draws (id, question, frame, chance, created) VALUES (?, ?, ?, ?, ?)",
+                [(*draw, now) for draw in draws],
             )
 
     def add_labels(self, labels: Sequence[Label]) -> int:
@@ -182,7 +205,17 @@ class SqliteLabelStore:
                 f"JOIN labels l ON l.id = items.id AND l.question = items.question WHERE {where} ORDER BY l.seq",
                 args,
             ).fetchall()
-        return [LabelledRecord(_item(row[:-2]), json.loads(row[-2]), row[-1]) for row in rows]
+            draws: dict[tuple[str, str], list[tuple[str, float]]] = {}
+            for id, question, frame, chance in self._db.execute(
+                "SELECT d.id, d.question, d.frame, d.chance FROM draws d JOIN labels l "
+                "ON l.id = d.id AND l.question = d.question AND l.current = 1 ORDER BY d.rowid"
+            ):
+                draws.setdefault((id, question), []).append((frame, chance))
+        records = []
+        for row in rows:
+            item = _item(row[:-2])
+            records.append(LabelledRecord(item, json.loads(row[-2]), row[-1], tuple(draws.get(item.key, ()))))
+        return records
 
     def history(self, id: str, question: str) -> list[tuple[Any, str, float]]:
         """Every label an item was given, first to last: (label, source, when)."""

@@ -17,6 +17,9 @@ class LabelStore(Protocol):
     def record(self, items: Sequence[ReviewItem]) -> None:
         """Keep served decisions and items drawn for labelling (an item already held keeps its first record)."""
 
+    def add_draws(self, draws: Sequence[tuple[str, str, str, float]]) -> None:
+        """Items already held drawn again: (id, question, frame, chance) each."""
+
     def add_labels(self, labels: Sequence[Label]) -> int:
         """Every label or none (UnknownItemError, LabelError); durable before it returns."""
 
