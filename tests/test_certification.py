@@ -75,3 +75,55 @@ def test_the_weighted_bound_covers_the_truth_on_audited_samples():
         _, bound, _ = weighted_lower_bound(correct[labelled][mask], weights[mask], 0.95)
         misses += bound > truth
     assert misses / trials <= 0.05
+
+
+def test_an_active_round_draws_with_the_chances_it_records_and_the_floor_bounds_every_weight():
+    from llamadecide.labels.active import DrawRule, draw, gain, inclusion
+
+    rng = np.random.default_rng(4)
+    P = rng.dirichlet(np.ones(5) * 0.5, 400)
+    labelled = np.zeros(400, bool)
+    labelled[:50] = True
+    rule = DrawRule(size=20, floor=0.2)
+    chances = inclusion(gain(P, np.zeros(5), rule), labelled, rule)
+    assert chances[~labelled].sum() == pytest.approx(20, rel=1e-6)  # the new labels a round asks for
+    assert chances.min() >= 0.2 * 20 / 400 / 2  # the floor: no weight beyond a bound
+    uncertain = 1 - P.max(1)
+    assert chances[uncertain.argmax()] > chances[uncertain.argmin()]
+    counts = np.zeros(400)
+    for _ in range(3000):
+        counts[draw(chances, rng)] += 1
+    assert np.abs(counts / 3000 - chances).max() < 0.05  # drawn with exactly the chances recorded
+
+
+def test_active_draws_certify_honestly():
+    """A pool whose model is sure where it is right: rounds drawn by uncertainty (most labels where
+    it errs) and weighted by their chances estimate the precision of the confident answers without
+    the bias that counting them plainly has."""
+    from llamadecide.labels.active import DrawRule, draw, gain, inclusion
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    conf = rng.uniform(0.3, 1.0, n)
+    correct = rng.uniform(size=n) < conf
+    P = np.stack([conf, 1 - conf], 1)
+    truth = correct[conf >= 0.8].mean()
+    weighted_misses, plain_errors = 0, []
+    for _ in range(200):
+        labelled = np.zeros(n, bool)
+        draws: dict[int, list[Draw]] = {}
+        for round_ in range(10):
+            rule = DrawRule(size=30, floor=0.2)
+            chances = inclusion(gain(P, np.zeros(2), rule), labelled, rule)
+            for i in draw(chances, rng):
+                draws.setdefault(int(i), []).append(Draw(float(chances[i]), f"round{round_}"))
+                labelled[i] = True
+        idx = np.array(sorted(draws))
+        weights = certification_weights([tuple(draws[i]) for i in idx])
+        mask = conf[idx] >= 0.8
+        _, bound, _ = weighted_lower_bound(correct[idx][mask], weights[mask], 0.95)
+        weighted_misses += bound > truth
+        plain_errors.append(correct[idx][mask].mean() - truth)
+    assert weighted_misses / 200 <= 0.05
+    # Counted plainly, the confident items a draw by uncertainty took are the least sure of them.
+    assert np.mean(plain_errors) < -0.005

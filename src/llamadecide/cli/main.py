@@ -12,6 +12,7 @@ from llamadecide.cli.bench import bench_command
 from llamadecide.cli.calibrate import calibrate_command, compare_command
 from llamadecide.cli.decide import decide_command
 from llamadecide.cli.deploy import deploy_app
+from llamadecide.cli.label import label_command
 from llamadecide.cli.labels import labels_app
 from llamadecide.cli.models import models_command
 from llamadecide.cli.plan import plan_command
@@ -33,6 +34,7 @@ app.command("bench")(bench_command)
 app.command("models")(models_command)
 app.command("plan")(plan_command)
 app.command("simulate")(simulate_command)
+app.command("label")(label_command)
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(labels_app, name="labels")
 

@@ -25,6 +25,11 @@ from llamadecide.settings import Settings
     "refit_every",
     "seeds",
     "baseline_labels",
+    "orders",
+    "max_labels",
+    "measure_every",
+    "round_size",
+    "floor",
     panel="Simulation",
     into="simulation",
 )
@@ -63,6 +68,9 @@ def simulate_command(
     from llamadecide.engine import Engine
     from llamadecide.labels.simulate import simulate
 
+    unknown = sorted(set(simulation.get("orders", ())) - {"active", "random"})
+    if unknown:
+        raise fail(f"--order takes active or random, not {', '.join(unknown)}")
     try:
         the_task = load_task(task)
         items = read_labelled(data, text_column=text_column, label_column=label_column)
@@ -80,14 +88,25 @@ def simulate_command(
             engine.close()
     except LlamaDecideError as exc:
         raise fail(exc.message) from exc
-    for replay in result["replays"]:
+    for order, found in result.get("orders", {}).items():
+        shares = ", ".join(
+            f"{share}: {found['median_labels_needed'][share]}" for share in found["median_labels_needed"]
+        )
+        typer.echo(f"{order}: median labels to each certified automatic share: {shares}")
+    if "labels_for_that_accuracy" in result:
+        typer.echo(
+            f"random ordering's test accuracy at {result['random_accuracy_at_most_labels']['labels']} labels, "
+            f"{result['random_accuracy_at_most_labels']['test_accuracy']:.3f}, reached with (median): "
+            + ", ".join(f"{o} {n}" for o, n in result["labels_for_that_accuracy"].items())
+        )
+    for replay in result.get("replays", []):
         for point in replay["points"]:
             precision = "-" if point["true_precision"] is None else f"{point['true_precision']:.3f}"
             typer.echo(
                 f"seed {replay['seed']}  labels {point['labels']:5d}  certified auto share {point['auto_share']:.3f}  "
                 f"true precision {precision}  ({point['method']})"
             )
-    if result["baseline"]:
+    if result.get("baseline"):
         base = result["baseline"]
         typer.echo(f"baseline: {base['labels']} random labels certify {base['auto_share']:.3f}")
     typer.echo(f"wrote {out}/simulation.json, {out}/simulation.png")

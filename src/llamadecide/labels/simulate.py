@@ -32,6 +32,7 @@ from llamadecide.calibration.variant_scoring import score_variants
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.decisions.maths import confidence
 from llamadecide.errors import InvalidRequestError
+from llamadecide.labels.orders import OrderingModel, accuracy_labels, label_in_order, labels_needed
 from llamadecide.labels.queue import draw_for_review, served_frame
 from llamadecide.labels.records import Label, ReviewItem, state_sha256
 from llamadecide.labels.sqlite_store import SqliteLabelStore
@@ -52,6 +53,16 @@ class SimulationConfig:
     baseline_labels: int = option(
         1000, "A profile fitted on this many random labels, measured on the same test part (0: none)", min=0
     )
+    orders: tuple[str, ...] = option(
+        (),
+        "Instead of a stream, compare labelling orders from no labels (repeat: active, random): the start "
+        "labels, then rounds of --round-size until --max-labels, a refit every --measure-every labels",
+        "--order",
+    )
+    max_labels: int = option(1000, "With --order: labels to stop at", min=2)
+    measure_every: int = option(100, "With --order: labels between refits (each measured on the test part)", min=1)
+    round_size: int = option(20, "With --order: new labels a round asks for", min=1)
+    floor: float = option(0.2, "With --order active: the uniform share of each draw", min=0.01, max=1.0)
 
 
 @dataclass(frozen=True)
@@ -81,11 +92,18 @@ def split(items: np.ndarray, config: SimulationConfig, seed: int) -> Split:
 def score_universe(
     backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, config: SimulationConfig
 ) -> dict[Variant, VariantScores]:
-    """Every used item scored once. Where the row budget scored a variant's answers on a subsample, the
-    replay cannot answer every streamed item with them: that variant keeps its hidden states only."""
-    # Demonstrations would come from labels a replay has not got yet: question-first formats zero-shot.
-    run = dataclasses.replace(config.run, shots=0, shots_per_class=(0,))
-    cache = ScoreCache(Path(config.out_dir) / "cache.sqlite")
+    """Every used item scored once (cached in the output folder)."""
+    return score_pool(backend, task, items, used, config.run, Path(config.out_dir) / "cache.sqlite")
+
+
+def score_pool(
+    backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, run: RunConfig, cache_path: Path
+) -> dict[Variant, VariantScores]:
+    """Every used item scored once, as a pool is: where the row budget scored a variant's answers on a
+    subsample, not every item can be answered with them, so that variant keeps its hidden states only;
+    question-first formats zero-shot (demonstrations would come from labels not given yet)."""
+    run = dataclasses.replace(run, shots=0, shots_per_class=(0,))
+    cache = ScoreCache(cache_path)
     try:
         scored = score_variants(backend, task, items, used, run, cache, pool=used, split_parts=(used,))
     finally:
@@ -104,6 +122,11 @@ def simulate(backend: Backend, task: Task, items: list[LabelledItem], config: Si
     y = np.array([task.gold_index(item.label) for item in items])
     used = universe(len(items), config)
     scored = score_universe(backend, task, items, used, config)
+    if config.orders:
+        result = compare_orders(task, items, y, scored, used, config)
+        (out / "simulation.json").write_text(json.dumps(result, indent=2, default=float), encoding="utf-8")
+        plot_orders(result, out / "simulation.png")
+        return result
     replays = []
     for seed in range(config.run.seed, config.run.seed + config.seeds):
         parts = split(used, config, seed)
@@ -126,6 +149,78 @@ def simulate(backend: Backend, task: Task, items: list[LabelledItem], config: Si
     (out / "simulation.json").write_text(json.dumps(result, indent=2, default=float), encoding="utf-8")
     plot(result, out / "simulation.png")
     return result
+
+
+def compare_orders(task, items, y, scored, used, config: SimulationConfig) -> dict:
+    """Each order's labelling runs (one a seed), and the labels each needed for every certified share
+    and for the accuracy random ordering reached at its most labels."""
+    orders: dict[str, dict] = {}
+    for order in config.orders:
+        replays = [
+            {
+                "seed": seed,
+                "points": label_in_order(task, items, y, scored, split(used, config, seed), config, seed, order),
+            }
+            for seed in range(config.run.seed, config.run.seed + config.seeds)
+        ]
+        needed = {r["seed"]: labels_needed(r["points"]) for r in replays}
+        orders[order] = {"replays": replays, "labels_needed": needed, "median_labels_needed": _medians(needed)}
+    result = {
+        "task": task.name,
+        "target_precision": config.run.target_precision,
+        "confidence_level": config.run.confidence_level,
+        "start_labels": config.start_labels,
+        "test_size": config.test_size,
+        "round_size": config.round_size,
+        "floor": config.floor,
+        "max_labels": config.max_labels,
+        "orders": orders,
+        "honesty": honesty([r for o in orders.values() for r in o["replays"]], config.run.target_precision),
+    }
+    if "random" in orders:
+        final = [r["points"][-1] for r in orders["random"]["replays"]]
+        target = float(np.median([p["test_accuracy"] for p in final]))
+        result["random_accuracy_at_most_labels"] = {"labels": final[0]["labels"], "test_accuracy": target}
+        result["labels_for_that_accuracy"] = {
+            order: _median([accuracy_labels(r["points"], target) for r in o["replays"]]) for order, o in orders.items()
+        }
+    return result
+
+
+def _medians(needed: dict) -> dict:
+    shares = next(iter(needed.values())).keys() if needed else ()
+    return {share: _median([per_seed[share] for per_seed in needed.values()]) for share in shares}
+
+
+def _median(values: list) -> float | None:
+    """The median, counting a run that never got there as past every other (None if most never did)."""
+    ordered = sorted(values, key=lambda v: float("inf") if v is None else v)
+    middle = ordered[(len(ordered) - 1) // 2] if ordered else None
+    return None if middle is None else float(middle)
+
+
+def plot_orders(result: dict, path: Path) -> None:
+    """Certified automatic share and test accuracy against labels, per order and seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (share, accuracy) = plt.subplots(1, 2, figsize=(11, 4))
+    for (order, found), color in zip(result["orders"].items(), ("#2f5bea", "#d9534f", "#1a8f4c")):
+        for n, replay in enumerate(found["replays"]):
+            labels = [p["labels"] for p in replay["points"]]
+            label = order if n == 0 else None
+            share.plot(labels, [p["auto_share"] for p in replay["points"]], color=color, alpha=0.6, label=label)
+            accuracy.plot(labels, [p["test_accuracy"] for p in replay["points"]], color=color, alpha=0.6, label=label)
+    share.set(xlabel="labels", ylabel=f"certified automatic share at {result['target_precision']}", ylim=(0, 1))
+    accuracy.set(xlabel="labels", ylabel="test accuracy")
+    share.legend(fontsize=8)
+    accuracy.legend(fontsize=8)
+    fig.suptitle(f"{result['task']}: labelling orders (round of {result['round_size']}, floor {result['floor']:.0%})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def replay(
@@ -208,12 +303,23 @@ def refit(
         "certified_lower_bound": certified.threshold.lower_bound if certified.threshold else None,
     }
 
-    def served(i: int) -> tuple[np.ndarray, str]:
-        P = apply_variant(fit.calibrator, data, np.array([i]))[0]
-        conf = float(confidence(P[None])[0])
-        return P, "auto" if threshold is not None and conf >= threshold else "escalate"
+    return Refitted(fit.calibrator, data, threshold, OrderingModel(choice.candidate, data, y)), point
 
-    return served, point
+
+@dataclass
+class Refitted:
+    """A refit as served: an item's probabilities and the action its threshold gives; and the model
+    a labelling round reads (`orders.OrderingModel`)."""
+
+    calibrator: object
+    data: VariantScores
+    threshold: float | None
+    model: OrderingModel
+
+    def __call__(self, i: int) -> tuple[np.ndarray, str]:
+        P = apply_variant(self.calibrator, self.data, np.array([i]))[0]
+        conf = float(confidence(P[None])[0])
+        return P, "auto" if self.threshold is not None and conf >= self.threshold else "escalate"
 
 
 def audit(store: SqliteLabelStore, version: str, config: SimulationConfig) -> dict:

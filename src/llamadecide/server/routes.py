@@ -267,14 +267,14 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/", response_class=HTMLResponse)
 async def playground() -> HTMLResponse:
-    return _page("playground.html")
+    return static_page("playground.html")
 
 
 @router.get("/review", response_class=HTMLResponse)
 async def review_page() -> HTMLResponse:
     """The review page: the next queued item, its options with keyboard shortcuts, the label posted."""
-    return _page("review.html")
+    return static_page("review.html")
 
 
-def _page(name: str) -> HTMLResponse:
+def static_page(name: str) -> HTMLResponse:
     return HTMLResponse(resources.files("llamadecide.server").joinpath(f"static/{name}").read_text(encoding="utf-8"))

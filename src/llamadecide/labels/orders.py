@@ -1,0 +1,144 @@
+"""Labelling orders compared on a labelled file (`llamadecide simulate --order active|random`): a team
+that starts with no labels labels a pool round after round, the file's labels as the person, and
+every so many labels a profile is refitted and certified as `calibrate` does it and measured on a
+test part never labelled. Active rounds draw by the current model's uncertainty with a uniform floor
+(`labels.active`), each label recording its chance; random rounds take the pool in a seeded order.
+Both go through the label store and the certification the server's reviews go through."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from llamadecide.calibration.certification import Draw
+from llamadecide.calibration.data import LabelledItem, Task
+from llamadecide.calibration.selection import apply_variant, fit_variant
+from llamadecide.calibration.variants import Variant, VariantScores
+from llamadecide.labels.active import DrawRule, draw, gain, inclusion
+from llamadecide.labels.records import Label, ReviewItem, state_sha256
+from llamadecide.labels.sqlite_store import SqliteLabelStore
+
+SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # certified automatic shares reported
+
+
+def label_in_order(
+    task: Task,
+    items: list[LabelledItem],
+    y: np.ndarray,
+    scored: dict[Variant, VariantScores],
+    parts,
+    config,
+    seed: int,
+    order: str,
+) -> list[dict]:
+    """One labelling run: the start labels at random, then rounds in `order` until `max_labels`; a
+    point (the simulation's `refit`) every `measure_every` labels."""
+    from llamadecide.labels.simulate import refit
+
+    pool = np.concatenate([parts.start, parts.stream])
+    store = _fresh_store(Path(config.out_dir) / f"labels-{order}-seed{seed}.sqlite")
+    rng = np.random.default_rng(seed + 7919)
+    queue = [int(i) for i in np.random.default_rng(seed).permutation(np.setdiff1d(pool, parts.start))]
+    rule = DrawRule(size=config.round_size, floor=config.floor)
+    index = {item.id: i for i, item in enumerate(items)}
+    try:
+        _label(store, task, items, y, parts.start, [len(parts.start) / len(pool)] * len(parts.start), "start")
+        points, model, round_ = [], None, 0
+        next_point = len(parts.start)
+        while True:
+            labelled = store.labelled()
+            idx = np.array([index[r.item.id] for r in labelled])
+            draws = [tuple(Draw(c, f) for f, c in r.draws) for r in labelled]
+            if len(idx) >= next_point or len(idx) >= config.max_labels or not queue:
+                served, point = refit(scored, idx, draws, y, parts.test, config)
+                points.append({"order": order, "seed": seed, **point})
+                model = served.model
+                next_point += config.measure_every
+            if len(idx) >= config.max_labels or not queue:
+                return points
+            round_ += 1
+            if order == "random":
+                taken, queue = queue[: config.round_size], queue[config.round_size :]
+                _label(store, task, items, y, np.array(taken), [1.0] * len(taken), "random")
+                continue
+            quick = model.refitted(idx) if model is not None else None  # the current model, on every label
+            P = quick.probabilities(pool) if quick is not None else None
+            counts = np.bincount(y[idx], minlength=len(task.options))
+            held = np.isin(pool, idx)
+            chances = inclusion(gain(P, counts, rule) if P is not None else np.zeros(0), held, rule)
+            picked = pool[draw(chances, rng)]
+            chance_of = dict(zip(pool.tolist(), chances.tolist()))
+            known = set(idx.tolist())
+            fresh = [int(i) for i in picked if i not in known]
+            again = [int(i) for i in picked if i in known]
+            frame = f"round{round_}"
+            _label(store, task, items, y, np.array(fresh, dtype=int), [chance_of[i] for i in fresh], frame)
+            store.add_draws([(items[i].id, "0", frame, chance_of[i]) for i in again])
+            taken = set(fresh)
+            queue = [i for i in queue if i not in taken]
+    finally:
+        store.close()
+
+
+def _fresh_store(path: Path) -> SqliteLabelStore:
+    for stale in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        stale.unlink(missing_ok=True)
+    return SqliteLabelStore(path)
+
+
+def _label(store, task: Task, items, y, indices: np.ndarray, chances: list[float], frame: str) -> None:
+    """Items drawn with these chances, queued and labelled by the person (the file's labels)."""
+    records = [
+        ReviewItem(
+            id=items[i].id,
+            question="0",
+            kind=task.type,
+            instructions=task.instructions,
+            options=tuple(task.options),
+            probabilities=tuple([1.0 / len(task.options)] * len(task.options)),
+            confidence=0.0,
+            input_sha256=state_sha256(items[i].text),
+            origin="drawn",
+            created=time.time(),
+            queued=True,
+            chance=float(chance),
+            frame=frame,
+            input=items[i].text,
+            task=task.name,
+        )
+        for i, chance in zip(indices, chances)
+    ]
+    store.record(records)
+    store.add_labels([Label(items[i].id, "0", task.options[y[i]], "simulation") for i in indices])
+
+
+class OrderingModel:
+    """The model a round's draw reads: the last refit's chosen method, refitted (without its
+    cross-validation) on every label so far."""
+
+    def __init__(self, candidate, data: VariantScores, y: np.ndarray) -> None:
+        self.candidate, self.data, self.y = candidate, data, y
+        self.calibrator = None
+
+    def refitted(self, idx: np.ndarray) -> OrderingModel:
+        fitted = OrderingModel(self.candidate, self.data, self.y)
+        fitted.calibrator = fit_variant(self.candidate, self.data, idx, self.y[idx])
+        return fitted
+
+    def probabilities(self, pool: np.ndarray) -> np.ndarray:
+        return apply_variant(self.calibrator, self.data, pool)
+
+
+def labels_needed(points: list[dict], shares=SHARES) -> dict[str, int | None]:
+    """For each certified automatic share, the fewest labels at which a point reached it."""
+    return {
+        f"{share:.1f}": min((p["labels"] for p in points if p["auto_share"] >= share - 1e-12), default=None)
+        for share in shares
+    }
+
+
+def accuracy_labels(points: list[dict], accuracy: float) -> int | None:
+    """The fewest labels at which a point's test accuracy reached `accuracy`."""
+    return min((p["labels"] for p in points if p["test_accuracy"] >= accuracy - 1e-12), default=None)
