@@ -85,16 +85,9 @@ def write_html(result: dict, out: Path) -> None:
         f"<p>Rule: {esc(rec['rule'])}.</p>",
     ]
     if choice and rec.get("runner_up"):
-        second = rec["runner_up"]
-        why = second.get("why") or f"{second['usd_per_1000_total']:.2f} USD per 1,000 decisions in total"
-        parts.append(f"<p>Runner-up: {esc(second['model'])} on {esc(second['instance'])}, {esc(why)}.</p>")
+        parts.append(f"<p>{esc(runner_up_line(rec['runner_up']))}.</p>")
     if rec.get("break_even"):
-        even = rec["break_even"]
-        parts.append(
-            f"<p>Break-even review cost: <b>{even['usd_per_review']:.4f} USD</b> a review. Above it "
-            f"{esc(even['above'])} costs less in total (it sends fewer decisions to people); below it "
-            f"{esc(even['below'])} (its compute is cheaper).</p>"
-        )
+        parts.append(f"<p><b>{esc(break_even_line(rec['break_even']))}</b>.</p>")
     elif rec.get("review_cost") is not None and rec.get("runner_up"):
         parts.append("<p>The two handle the same share automatically: no review cost changes their order.</p>")
     parts += [
@@ -151,6 +144,19 @@ def write_html(result: dict, out: Path) -> None:
     (out / "report.html").write_text("\n".join(parts), encoding="utf-8")
 
 
+def runner_up_line(second: dict) -> str:
+    why = second.get("why") or f"{second['usd_per_1000_total']:.2f} USD per 1,000 decisions in total"
+    return f"Runner-up: {second['model']} on {second['instance']}, {why}"
+
+
+def break_even_line(even: dict) -> str:
+    """The review cost at which the top two swap, and which wins on either side."""
+    return (
+        f"Break-even review cost {even['usd_per_review']:.4f} USD a review: above it {even['above']} costs less in "
+        f"total (it sends fewer decisions to people), below it {even['below']} (its compute is cheaper)"
+    )
+
+
 def print_plan(result: dict, console: Console | None = None) -> None:
     console = console or Console()
     models = Table(title=f"plan: {result['task']}, target precision {result['target_precision']}")
@@ -188,15 +194,9 @@ def print_plan(result: dict, console: Console | None = None) -> None:
     if rec.get("choice"):
         console.print(f"[bold]recommended[/bold]: {rec['why']}")
         if rec.get("runner_up"):
-            second = rec["runner_up"]
-            why = second.get("why") or f"{second['usd_per_1000_total']:.2f} USD per 1,000 decisions in total"
-            console.print(f"runner-up: {second['model']} on {second['instance']}, {why}")
+            console.print(runner_up_line(rec["runner_up"]))
         if rec.get("break_even"):
-            even = rec["break_even"]
-            console.print(
-                f"break-even review cost {even['usd_per_review']:.4f} USD: above it {even['above']}, "
-                f"below it {even['below']}"
-            )
+            console.print(break_even_line(rec["break_even"]))
     else:
         console.print(f"[yellow]no recommendation[/yellow]: {rec['why']}")
     console.print(f"rule: {rec['rule']}")
