@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Optional
@@ -94,14 +93,14 @@ def calibrate_command(
     from llamadecide.calibration.report import print_summary
     from llamadecide.calibration.run import calibrate
     from llamadecide.engine import Engine
+    from llamadecide.labels.refit import refit_items
 
     if data is None and labels is None:
         raise fail("give a labelled file, --labels STORE, or both")
     try:
         the_task = load_task(task)
-        items, fingerprint, lineage = run_items(
-            the_task, data, text_column, label_column, labels, label_profile, parent
-        )
+        found = refit_items(the_task, data, text_column, label_column, labels, label_profile, parent)
+        items, fingerprint, lineage = found.items, found.fingerprint, found.lineage
         if labels is not None:
             run = labelled_split(run, len(items))
         config = run_config(out, run, dataset_fingerprint=fingerprint)
@@ -114,54 +113,6 @@ def calibrate_command(
         raise fail(exc.message) from exc
     print_summary(summary)
     typer.echo(f"wrote {out}/report.html, {out}/summary.json, {out}/profile.json")
-
-
-def run_items(task, data, text_column, label_column, labels, label_profile, parent_path):
-    """The run's items (the file's, then the store's), the data's fingerprint, and the parent's lineage."""
-    import hashlib
-
-    from llamadecide.calibration.certification import Draw
-    from llamadecide.calibration.data import file_fingerprint, read_labelled
-
-    items, parts = [], []
-    if data is not None:
-        fingerprint = file_fingerprint(data, text_column, label_column)
-        items = [
-            dataclasses.replace(item, draws=(Draw(1.0, f"file:{fingerprint[:12]}"),))
-            for item in read_labelled(data, text_column=text_column, label_column=label_column)
-        ]
-        parts.append(fingerprint)
-    lineage = None
-    if labels is not None:
-        from llamadecide.labels.refit import lineage as parent_lineage
-        from llamadecide.labels.refit import store_labels
-        from llamadecide.labels.store import open_store
-
-        store = open_store(labels)
-        try:
-            found = store_labels(store, task, profile=label_profile)
-        finally:
-            store.close()
-        if not found.items:
-            raise fail(f"{labels} holds no labels of task {task.name!r} with their input")
-        items += found.items
-        parts.append(hashlib.sha256("\n".join(f"{i.id}={i.label}" for i in found.items).encode()).hexdigest())
-        if parent_path is not None:
-            lineage = parent_lineage(load_parent(parent_path), found, task)
-    elif parent_path is not None:
-        from llamadecide.calibration.run import Lineage
-
-        lineage = Lineage(load_parent(parent_path))
-    return items, hashlib.sha256("|".join(parts).encode()).hexdigest() if len(parts) > 1 else parts[0], lineage
-
-
-def load_parent(path: Path):
-    from llamadecide.calibration.profile import CalibrationProfile, profile_files
-
-    files = profile_files(path) if path.is_dir() else [path]
-    if len(files) != 1:
-        raise fail(f"--parent {path} holds {len(files)} profiles; name one file")
-    return CalibrationProfile.load(files[0])
 
 
 def labelled_split(run: dict, n: int) -> dict:

@@ -4,13 +4,17 @@ parent profile with what it served, for `calibrate --labels` and the stream simu
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from llamadecide.calibration.certification import Draw
 from llamadecide.calibration.compare import Record
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.calibration.run import Lineage
+from llamadecide.errors import InvalidRequestError
 from llamadecide.labels.records import LabelledRecord
 from llamadecide.labels.store import LabelStore
 
@@ -64,3 +68,66 @@ def lineage(parent: CalibrationProfile, labels: StoreLabels, task: Task) -> Line
         if r.item.version == parent.version_id
     }
     return Lineage(parent, served)
+
+
+@dataclass(frozen=True)
+class RefitItems:
+    items: list[LabelledItem]  # the file's (a census: chance 1), then the store's
+    fingerprint: str  # what the profile's dataset_fingerprint records
+    lineage: Lineage | None
+
+
+def refit_items(
+    task: Task,
+    data: Path | None,
+    text_column: str,
+    label_column: str,
+    store_at: str | None,
+    label_profile: str | None,
+    parent: Path | None,
+) -> RefitItems:
+    """A calibration run's items from a labelled file, a label store, or both, and the parent the
+    run refits (with what it served on the store's items)."""
+    from llamadecide.calibration.data import file_fingerprint, read_labelled
+    from llamadecide.labels.store import open_store
+
+    items: list[LabelledItem] = []
+    parts: list[str] = []
+    if data is not None:
+        fingerprint = file_fingerprint(data, text_column, label_column)
+        file_draw = (Draw(1.0, f"file:{fingerprint[:12]}"),)
+        items = [
+            dataclasses.replace(item, draws=file_draw)
+            for item in read_labelled(data, text_column=text_column, label_column=label_column)
+        ]
+        parts.append(fingerprint)
+    found = None
+    if store_at is not None:
+        store = open_store(store_at)
+        try:
+            found = store_labels(store, task, profile=label_profile)
+        finally:
+            store.close()
+        if not found.items:
+            raise InvalidRequestError(f"{store_at} holds no labels of task {task.name!r} with their input")
+        items += found.items
+        parts.append(hashlib.sha256("\n".join(f"{i.id}={i.label}" for i in found.items).encode()).hexdigest())
+    parent_profile = load_profile(parent) if parent is not None else None
+    if parent_profile is None:
+        chosen = None
+    elif found is not None:
+        chosen = lineage(parent_profile, found, task)
+    else:
+        chosen = Lineage(parent_profile)
+    fingerprint = parts[0] if len(parts) == 1 else hashlib.sha256("|".join(parts).encode()).hexdigest()
+    return RefitItems(items, fingerprint, chosen)
+
+
+def load_profile(path: Path) -> CalibrationProfile:
+    """The one profile of a file or calibrate --out folder."""
+    from llamadecide.calibration.profile import profile_files
+
+    files = profile_files(path) if Path(path).is_dir() else [Path(path)]
+    if len(files) != 1:
+        raise InvalidRequestError(f"{path} holds {len(files)} profiles; name one file", param="parent")
+    return CalibrationProfile.load(files[0])
