@@ -90,7 +90,9 @@ def label_command(
         held = open_store(store)
     except LlamaDecideError as exc:
         raise fail(exc.message) from exc
-    session = LabellingSession(the_task, pool, scored, held, config, initial=initial)
+    session = LabellingSession(
+        the_task, pool, scored, held, config, initial=initial, seed=config.run.seed + len(held.labelled())
+    )
     session.fill_queue()
     server = uvicorn.Server(uvicorn.Config(create_labelling_app(session), host=host, port=port, log_level="warning"))
     typer.echo(f"label {len(pool)} items at http://{host}:{port}/review (labels kept in {store}; Ctrl-C stops)")

@@ -59,7 +59,7 @@ class LabellingSession:
         zero-shot answers); None: uniform."""
         self.task, self.pool, self.scored, self.store, self.config = task, pool, scored, store, config
         self.index = {item.id: i for i, item in enumerate(pool)}
-        self.rng = np.random.default_rng(seed + time.time_ns() % 1000)
+        self.rng = np.random.default_rng(seed)  # the draws of a session: a seeded sequence
         self.probabilities = initial  # what draws read
         self.figures: dict = {"refits": 0, "refit_labels": None}
         self.model: OrderingModel | None = None
@@ -162,7 +162,9 @@ class LabellingSession:
             if item.id.rsplit(":", 1)[0] in self.index
         ]
         if len({self.task.gold_index(item.label) for _, item in kept}) < 2:
-            return self.figures  # one option labelled: nothing to choose between yet
+            with self._lock:  # one option labelled: nothing to choose between yet
+                self.figures = {**self.figures, "next_step": "label items of a second option to fit a model"}
+            return self.figures
         idx = np.array([i for i, _ in kept])
         y = np.full(len(self.pool), -1)
         y[idx] = [self.task.gold_index(item.label) for _, item in kept]
