@@ -47,7 +47,7 @@ def test_a_fused_head_outweighs_uninformative_hidden_states_and_serves_what_it_f
         assert served.probabilities(L_test[row], H_test[row], test_texts[row]) == pytest.approx(P_fused[row], abs=1e-9)
     with pytest.raises(ValueError, match="input text"):
         served.probabilities(L_test[0], H_test[0])
-    with pytest.raises(ValueError, match="input texts"):
+    with pytest.raises(ValueError, match="input text"):  # fitted or served: the same maths, the same refusal
         fused.apply(L_test, None, H_test)
 
 
