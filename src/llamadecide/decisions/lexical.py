@@ -8,6 +8,7 @@ head that multiplies their probabilities (weights fitted by cross-validation) be
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -74,7 +75,9 @@ def fit_lexical(texts: Sequence[str], y: np.ndarray, k: int, *, C: float = 10.0)
     if len(classes) == 1:
         intercept[classes[0]] = 0.0
     else:
-        model = LogisticRegression(C=C, max_iter=3000).fit(X, y)
+        with warnings.catch_warnings():  # many options, few labels: y holds class indices
+            warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%")
+            model = LogisticRegression(C=C, max_iter=3000).fit(X, y)
         coef = np.atleast_2d(model.coef_)
         bias = np.atleast_1d(model.intercept_)
         if len(model.classes_) == 2:
