@@ -100,3 +100,14 @@ def test_only_the_engine_imports_llama_cpp():
             if any(name == "llama_cpp" or name.startswith("llama_cpp.") for name in names):
                 found.append(str(path.relative_to(ROOT)))
     assert found == []
+
+
+def test_no_function_is_over_a_hundred_lines():
+    """Functions of one step each: a function past 100 lines is doing several (flags included)."""
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in sorted(ROOT.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 100
+    ]
+    assert not long, long

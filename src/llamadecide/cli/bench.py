@@ -68,7 +68,7 @@ def bench_command(
     ] = Path("bench-out"),
 ) -> None:
     """Latency and throughput by concurrency; decisions vs generate-and-parse; CPU vs GPU; cost per 1,000 requests."""
-    from llamadecide.bench.results import markdown, plot, print_tables
+    from llamadecide.bench.results import print_tables
     from llamadecide.bench.run import plan_for_file, run_bench
     from llamadecide.calibration.data import load_task
     from llamadecide.cli.common import fail, wide_console
@@ -76,13 +76,7 @@ def bench_command(
     from llamadecide.prices import load_prices
 
     console = wide_console(140)
-    if data is None:
-        if not REPOSITORY_DATA.is_file():
-            raise fail(
-                "pass --data FILE with labelled items (and --task, --text-column, --label-column for it): "
-                "the default AG News workload is only in a repository checkout"
-            )
-        data = REPOSITORY_DATA
+    data = data or default_workload()
     try:
         table_prices = load_prices(prices)  # refused now, not after the measuring
         plan = plan_for_file(
@@ -109,8 +103,26 @@ def bench_command(
     out.mkdir(parents=True, exist_ok=True)
     with (out / "records.jsonl").open("w") as records:
         results = run_bench(plan, records, console.print, table_prices)
+    write_results(results, out)
+    print_tables(results, console)
+    console.print(f"wrote {out}/results.json, results.md, latency_throughput.png, records.jsonl")
+
+
+def default_workload() -> Path:
+    """The repository's AG News copy, the workload when no --data is given."""
+    from llamadecide.cli.common import fail
+
+    if not REPOSITORY_DATA.is_file():
+        raise fail(
+            "pass --data FILE with labelled items (and --task, --text-column, --label-column for it): "
+            "the default AG News workload is only in a repository checkout"
+        )
+    return REPOSITORY_DATA
+
+
+def write_results(results: dict, out: Path) -> None:
+    from llamadecide.bench.results import markdown, plot
+
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "results.md").write_text(markdown(results))
     plot(results, out / "latency_throughput.png")
-    print_tables(results, console)
-    console.print(f"wrote {out}/results.json, results.md, latency_throughput.png, records.jsonl")
