@@ -414,10 +414,15 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (share, precision) = plt.subplots(1, 2, figsize=(11, 4))
+    named = len(result["replays"]) <= 6  # past that, a legend of seeds hides the curves
     for replay in result["replays"]:
         labels = [p["labels"] for p in replay["points"]]
         share.plot(
-            labels, [p["auto_share"] for p in replay["points"]], marker="o", alpha=0.7, label=f"seed {replay['seed']}"
+            labels,
+            [p["auto_share"] for p in replay["points"]],
+            marker="o",
+            alpha=0.7,
+            label=f"seed {replay['seed']}" if named else None,
         )
         precision.plot(
             labels,
@@ -431,6 +436,8 @@ def plot(result: dict, path: Path) -> None:
         )
     precision.axhline(result["target_precision"], color="r", ls="--", label="target")
     share.set(xlabel="labels (start + reviews)", ylabel="certified automatic share (test part)", ylim=(0, 1))
+    if not named:
+        share.set_title(f"{len(result['replays'])} seeds, one line each", fontsize=9)
     precision.set(xlabel="labels (start + reviews)", ylabel="true precision of automatic decisions", ylim=(0.5, 1.0))
     share.legend(fontsize=7)
     precision.legend(fontsize=7)
