@@ -22,12 +22,9 @@ def create_labelling_app(session: LabellingSession, *, max_body_bytes: int = 1_0
     reviews = ReviewServing(session.store, ReviewQueue(session.store, 0.0))
     install_error_handlers(app)
 
+    @app.get("/", response_class=HTMLResponse)
     @app.get("/review", response_class=HTMLResponse)
     async def review_page() -> HTMLResponse:
-        return static_page("review.html")
-
-    @app.get("/", response_class=HTMLResponse)
-    async def home() -> HTMLResponse:
         return static_page("review.html")
 
     @app.get("/v1/reviews")
