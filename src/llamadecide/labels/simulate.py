@@ -32,7 +32,7 @@ from llamadecide.calibration.variant_scoring import score_variants
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.decisions.maths import confidence
 from llamadecide.errors import InvalidRequestError
-from llamadecide.labels.orders import OrderingModel, accuracy_labels, label_in_order, labels_needed
+from llamadecide.labels.orders import OrderingModel, compare_orders, plot_orders
 from llamadecide.labels.queue import draw_for_review, served_frame
 from llamadecide.labels.records import Label, ReviewItem, state_sha256
 from llamadecide.labels.sqlite_store import SqliteLabelStore
@@ -149,78 +149,6 @@ def simulate(backend: Backend, task: Task, items: list[LabelledItem], config: Si
     (out / "simulation.json").write_text(json.dumps(result, indent=2, default=float), encoding="utf-8")
     plot(result, out / "simulation.png")
     return result
-
-
-def compare_orders(task, items, y, scored, used, config: SimulationConfig) -> dict:
-    """Each order's labelling runs (one a seed), and the labels each needed for every certified share
-    and for the accuracy random ordering reached at its most labels."""
-    orders: dict[str, dict] = {}
-    for order in config.orders:
-        replays = [
-            {
-                "seed": seed,
-                "points": label_in_order(task, items, y, scored, split(used, config, seed), config, seed, order),
-            }
-            for seed in range(config.run.seed, config.run.seed + config.seeds)
-        ]
-        needed = {r["seed"]: labels_needed(r["points"]) for r in replays}
-        orders[order] = {"replays": replays, "labels_needed": needed, "median_labels_needed": _medians(needed)}
-    result = {
-        "task": task.name,
-        "target_precision": config.run.target_precision,
-        "confidence_level": config.run.confidence_level,
-        "start_labels": config.start_labels,
-        "test_size": config.test_size,
-        "round_size": config.round_size,
-        "floor": config.floor,
-        "max_labels": config.max_labels,
-        "orders": orders,
-        "honesty": honesty([r for o in orders.values() for r in o["replays"]], config.run.target_precision),
-    }
-    if "random" in orders:
-        final = [r["points"][-1] for r in orders["random"]["replays"]]
-        target = float(np.median([p["test_accuracy"] for p in final]))
-        result["random_accuracy_at_most_labels"] = {"labels": final[0]["labels"], "test_accuracy": target}
-        result["labels_for_that_accuracy"] = {
-            order: _median([accuracy_labels(r["points"], target) for r in o["replays"]]) for order, o in orders.items()
-        }
-    return result
-
-
-def _medians(needed: dict) -> dict:
-    shares = next(iter(needed.values())).keys() if needed else ()
-    return {share: _median([per_seed[share] for per_seed in needed.values()]) for share in shares}
-
-
-def _median(values: list) -> float | None:
-    """The median, counting a run that never got there as past every other (None if most never did)."""
-    ordered = sorted(values, key=lambda v: float("inf") if v is None else v)
-    middle = ordered[(len(ordered) - 1) // 2] if ordered else None
-    return None if middle is None else float(middle)
-
-
-def plot_orders(result: dict, path: Path) -> None:
-    """Certified automatic share and test accuracy against labels, per order and seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (share, accuracy) = plt.subplots(1, 2, figsize=(11, 4))
-    for (order, found), color in zip(result["orders"].items(), ("#2f5bea", "#d9534f", "#1a8f4c")):
-        for n, replay in enumerate(found["replays"]):
-            labels = [p["labels"] for p in replay["points"]]
-            label = order if n == 0 else None
-            share.plot(labels, [p["auto_share"] for p in replay["points"]], color=color, alpha=0.6, label=label)
-            accuracy.plot(labels, [p["test_accuracy"] for p in replay["points"]], color=color, alpha=0.6, label=label)
-    share.set(xlabel="labels", ylabel=f"certified automatic share at {result['target_precision']}", ylim=(0, 1))
-    accuracy.set(xlabel="labels", ylabel="test accuracy")
-    share.legend(fontsize=8)
-    accuracy.legend(fontsize=8)
-    fig.suptitle(f"{result['task']}: labelling orders (round of {result['round_size']}, floor {result['floor']:.0%})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def replay(
