@@ -38,7 +38,8 @@ from llamadecide.calibration.backends import LocalBackend
 from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import load_task, read_labelled
-from llamadecide.calibration.fitting import Candidate, splitter
+from llamadecide.calibration.fitting import Candidate
+from llamadecide.calibration.folds import splitter
 from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, select
 from llamadecide.calibration.steps import split
 from llamadecide.calibration.variant_scoring import score_variants

@@ -188,7 +188,7 @@ def test_the_reliability_diagram_shows_how_many_items_each_bin_holds():
 
 
 def test_few_label_folds_keep_every_option_with_two_labels_in_every_training_part():
-    from llamadecide.calibration.fitting import splitter
+    from llamadecide.calibration.folds import splitter
 
     y = np.repeat(np.arange(30), 2)  # two labels an option, 30 options
     folds = list(splitter(np.zeros((len(y), 30)), y, 5, seed=1))

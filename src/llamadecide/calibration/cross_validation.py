@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from llamadecide.calibration.fitting import Candidate, fit_candidate, ignore_class_count_warning, splitter
+from llamadecide.calibration.fitting import Candidate, fit_candidate
+from llamadecide.calibration.folds import ignore_class_count_warning, splitter
 
 
 def cross_validated(

@@ -14,8 +14,8 @@ from llamadecide.calibration.fitting import (
     candidates,
     content_free_prior_for,
     fit_candidate,
-    splitter,
 )
+from llamadecide.calibration.folds import splitter
 from llamadecide.calibration.variants import Variant, VariantScores
 
 
