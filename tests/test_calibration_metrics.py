@@ -198,6 +198,27 @@ def test_few_label_folds_keep_every_option_with_two_labels_in_every_training_par
         assert abs(len(held) - len(y) / 5) <= 1
 
 
+def test_certification_folds_hold_out_an_option_independently_of_its_training_count():
+    """The folds a threshold is certified on: over random labelled samples of a 77-option task, how
+    many items of an option a fold holds out says nothing of how many the model trained on (their
+    correlation is about zero, slightly negative for a sample of fixed size). The selection's
+    stratified folds, run beside as the control, tie the two together (each held-out fold a
+    miniature of the sample), which makes held-out precision optimistic."""
+    from llamadecide.calibration.folds import certification_folds, splitter
+
+    def correlation(folds_of) -> float:
+        held_counts, train_counts = [], []
+        for seed in range(20):
+            y = np.random.default_rng(seed).integers(0, 77, 554)
+            for train, held in folds_of(y, seed):
+                held_counts.extend(np.bincount(y[held], minlength=77))
+                train_counts.extend(np.bincount(y[train], minlength=77))
+        return float(np.corrcoef(held_counts, train_counts)[0, 1])
+
+    assert abs(correlation(lambda y, seed: certification_folds(len(y), 5, seed))) < 0.15
+    assert correlation(lambda y, seed: list(splitter(np.zeros((len(y), 77)), y, 5, seed))) > 0.5
+
+
 def test_a_class_means_head_learns_from_one_or_two_labels_an_option():
     """Options as clusters of hidden states: from two labels each, the class means head names most of
     a fresh sample right, where the logistic head at the same labels does worse or no better."""

@@ -1,12 +1,13 @@
-"""Cross-validation folds of labelled items, for choosing, fitting and certifying alike: stratified
-where every option has a label per fold, dealt round-robin per option where options have one or two."""
+"""Cross-validation folds of labelled items. Choosing and fitting: stratified where every option has a
+label per fold, dealt round-robin per option where options have one or two. Certifying: plain
+shuffled folds (`certification_folds`), whose held-out parts do not mirror the training parts."""
 
 from __future__ import annotations
 
 import warnings
 
 import numpy as np
-from sklearn.model_selection import StratifiedKFold
+from sklearn.model_selection import KFold, StratifiedKFold
 
 
 def ignore_class_count_warning() -> None:
@@ -38,3 +39,18 @@ def few_label_folds(y: np.ndarray, folds: int, seed: int) -> list[tuple[np.ndarr
         fold_of[members] = (dealt + np.arange(len(members))) % folds
         dealt += len(members)
     return [(np.flatnonzero(fold_of != f), np.flatnonzero(fold_of == f)) for f in range(folds) if (fold_of == f).any()]
+
+
+def certification_folds(n: int, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Shuffled folds that ignore the labels, for the out-of-fold probabilities a threshold is
+    certified on. Stratified folds deal each option's items evenly, so every held-out fold is a
+    miniature of the labelled sample: the options that sample happens to hold most of, which the
+    model learns best, are also the ones held out most, and the precision measured on the held-out
+    items is higher than on new traffic (Banking77, 554 random labels: 0.971 held out against 0.924
+    on the 2,526 unlabelled items at the same threshold). With plain shuffled folds the held-out
+    count of an option is independent of its training count (Poisson splitting), so that optimism
+    goes; an option left out of a training part counts against the model, as a new item of an
+    option with few labels does."""
+    if n < 2:
+        raise ValueError("out-of-fold probabilities need two items")
+    return list(KFold(n_splits=min(folds, n), shuffle=True, random_state=seed).split(np.zeros((n, 1))))

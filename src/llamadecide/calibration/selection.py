@@ -15,7 +15,7 @@ from llamadecide.calibration.fitting import (
     content_free_prior_for,
     fit_candidate,
 )
-from llamadecide.calibration.folds import splitter
+from llamadecide.calibration.folds import certification_folds, splitter
 from llamadecide.calibration.variants import Variant, VariantScores
 
 
@@ -262,11 +262,23 @@ def fit_variant(
 
 
 def out_of_fold(
-    candidate: Candidate, data: VariantScores, cal_idx: np.ndarray, y_cal: np.ndarray, *, folds: int = 5, seed: int = 0
+    candidate: Candidate,
+    data: VariantScores,
+    cal_idx: np.ndarray,
+    y_cal: np.ndarray,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    certifying: bool = False,
 ) -> np.ndarray:
-    """Each calibration item's probabilities from a calibrator fitted on the other folds."""
+    """Each calibration item's probabilities from a calibrator fitted on the other folds: the
+    selection's stratified folds, or, `certifying`, folds that ignore the labels
+    (`folds.certification_folds`: stratified ones make the held-out precision optimistic)."""
     P = np.zeros((len(cal_idx), data.L.shape[1]))
-    splits = list(splitter(data.L[cal_idx], y_cal, folds, seed))
+    if certifying:
+        splits = certification_folds(len(cal_idx), folds, seed)
+    else:
+        splits = list(splitter(data.L[cal_idx], y_cal, folds, seed))
     fitted = in_parallel(lambda split: fit_variant(candidate, data, cal_idx[split[0]], y_cal[split[0]]), splits)
     for (_, held), calibrator in zip(splits, fitted):
         P[held] = apply_variant(calibrator, data, cal_idx[held])

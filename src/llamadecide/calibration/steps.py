@@ -123,12 +123,13 @@ class Fit:
 def fit_method(data: VariantScores, candidate: Candidate, cal_idx: np.ndarray, y: np.ndarray, config: RunConfig) -> Fit:
     """The chosen candidate fitted on the calibration items it has what it reads for (all of them,
     unless the run's budget scored answers on a subsample), and its out-of-fold probabilities: a
-    fitted calibrator is over-confident on the very items it was fitted on."""
+    fitted calibrator is over-confident on the very items it was fitted on. Their folds ignore the
+    labels (`folds.certification_folds`), unlike the selection's."""
     fit_on = usable(data, candidate, cal_idx)
     with one_blas_thread():
         calibrator = fit_variant(candidate, data, fit_on, y[fit_on])
     P = apply_variant(calibrator, data, fit_on)
-    P_oof = out_of_fold(candidate, data, fit_on, y[fit_on], seed=config.seed)
+    P_oof = out_of_fold(candidate, data, fit_on, y[fit_on], seed=config.seed, certifying=True)
     return Fit(candidate, calibrator, fit_on, y[fit_on], P, P_oof)
 
 
