@@ -127,3 +127,53 @@ def test_active_draws_certify_honestly():
     assert weighted_misses / 200 <= 0.05
     # Counted plainly, the confident items a draw by uncertainty took are the least sure of them.
     assert np.mean(plain_errors) < -0.005
+
+
+def test_held_out_items_are_a_uniform_share_of_those_of_known_chance_and_never_picked_ones():
+    from llamadecide.calibration.steps import hold_out
+
+    draws = [(Draw(1.0, "file"),)] * 60 + [(Draw(None, "served:t:v1"),)] * 40 + [(Draw(0.02, "served:t:v1"),)] * 100
+    held = np.array([hold_out(draws, 0.5, seed) for seed in range(400)])
+    assert (held.sum(1) == 80).all()  # half of the 160 of known chance, every time
+    assert not held[:, 60:100].any()  # an item picked by hand only trains
+    # Each item of known chance is held out with the same chance, whatever its own.
+    assert np.abs(held[:, :60].mean(0) - 0.5).max() < 0.1 and np.abs(held[:, 100:].mean(0) - 0.5).max() < 0.1
+    assert not hold_out(draws, 0.0, 0).any()
+
+
+def test_a_threshold_is_certified_on_the_served_models_probabilities_for_items_it_never_fitted(tmp_path):
+    """The evidence a threshold is certified on: the held-out items, none of them fitted, with the
+    fitted (served) calibrator's own probabilities for them, not out-of-fold ones."""
+    from llamadecide.calibration.config import RunConfig
+    from llamadecide.calibration.data import LabelledItem, Task
+    from llamadecide.calibration.selection import apply_variant
+    from llamadecide.calibration.steps import choose_method, evidence, fit_method, hold_out, score_items
+    from test_subsampled_answers import OPTIONS, SubsampleBackend
+
+    task = Task("compass", "choice", "Which way?", OPTIONS, [None] * 4, {o: o for o in OPTIONS})
+    items = [LabelledItem(str(i), f"item {i}", OPTIONS[i % 4], (Draw(1.0, "file"),)) for i in range(200)]
+    truth = {it.text: i % 4 for i, it in enumerate(items)}
+    config = RunConfig(
+        out_dir=tmp_path,
+        calibration_size=200,
+        test_size=0,
+        show_progress=False,
+        head=False,
+        lexical=False,
+        prompt_formats=("llamadecide-1",),
+        shots_per_class=(),
+        row_budget=0,
+    )
+    y = np.arange(200) % 4
+    idx = np.arange(200)
+    scored, _ = score_items(SubsampleBackend(truth, informative=True), task, items, (idx, idx[:0]), y, config)
+    draws = [it.draws for it in items]
+    held = hold_out(draws, 0.5, 0)
+    choice = choose_method(scored, idx[~held], y, config)
+    data = scored[choice.variant]
+    fit = fit_method(data, choice.candidate, idx[~held], y, config, with_out_of_fold=False)
+    found = evidence(data, fit, y, idx[held], [d for d, h in zip(draws, held) if h], [draws[i] for i in fit.fit_on])
+    assert found.part == "held out" and len(found.items) == 100
+    assert not np.isin(found.items, fit.fit_on).any()
+    np.testing.assert_allclose(found.P, apply_variant(fit.calibrator, data, found.items))
+    assert (found.weights == 1.0).all() and (found.y == y[found.items]).all()

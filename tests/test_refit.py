@@ -52,13 +52,15 @@ def _run(tmp_path, items: list[LabelledItem], name: str):
 def test_labels_picked_by_hand_train_but_never_certify(tmp_path):
     picked = _run(tmp_path, _items(Draw(None, "served:compass:v1")), "picked")
     counted = _run(tmp_path, _items(Draw(1.0, "file")), "counted")
-    assert (picked["certification"]["certify"], picked["certification"]["train_only"]) == (240, 60)
-    assert (counted["certification"]["certify"], counted["certification"]["train_only"]) == (300, 0)
-    # Counted, the 60 wrong labels pull the guarantee down; left out, they cannot.
+    # Half the items of known chance are held out to certify (the 240 true ones, or all 300), the
+    # rest only train; the 60 picked by hand are never among them.
+    assert (picked["certification"]["certify"], picked["certification"]["train_only"]) == (120, 180)
+    assert (counted["certification"]["certify"], counted["certification"]["train_only"]) == (150, 150)
+    # Counted, the wrong labels held out pull the guarantee down; left out, they cannot.
     certified, spoilt = picked["threshold"]["calibration"], counted["threshold"]["calibration"]
-    assert certified is not None and certified["auto"] <= 240
+    assert certified is not None and certified["auto"] <= 120
     assert spoilt is None or spoilt["lower_bound"] < certified["lower_bound"]
-    assert picked["test"]["calibrated"]["part"] == "out of fold"
+    assert picked["test"]["calibrated"]["part"] == "held out"
 
 
 def test_an_audit_is_counted_with_its_weight(tmp_path):
@@ -67,7 +69,7 @@ def test_an_audit_is_counted_with_its_weight(tmp_path):
     audited = _run(tmp_path, _items(Draw(0.05, "file")), "audited")
     escalated = _run(tmp_path, _items(Draw(1.0, "file")), "escalated")
     frames = audited["certification"]["frames"]["file"]
-    assert frames["items"] == 300 and frames["effective_size"] < 300
+    assert frames["items"] == 150 and frames["effective_size"] < 150
     a, e = audited["threshold"]["calibration"], escalated["threshold"]["calibration"]
     assert a is None or (e is not None and a["precision"] < e["precision"])
 
@@ -106,9 +108,8 @@ def _store_with_reviews(path, items: list[LabelledItem], version: str) -> None:
     store.close()
 
 
-def test_calibrate_from_a_label_store_writes_the_next_version_naming_its_parent(tmp_path, engine):
-    items = read_labelled(DATA / "sst2" / "dev.tsv", text_column="sentence", label_column="label")[:90]
-    parent = CalibrationProfile(
+def _parent(engine, threshold: float | None = None) -> CalibrationProfile:
+    return CalibrationProfile(
         name="sst2",
         created="2026-12-01T00:00:00+00:00",
         version=3,
@@ -123,7 +124,12 @@ def test_calibrate_from_a_label_store_writes_the_next_version_naming_its_parent(
         confidence_level=0.95,
         dataset_fingerprint="",
         metrics={},
+        threshold=threshold,
     )
+
+
+def _refit(tmp_path, parent: CalibrationProfile, *flags: str):
+    items = read_labelled(DATA / "sst2" / "dev.tsv", text_column="sentence", label_column="label")[:90]
     parent.save(tmp_path / "parent.json")
     store = tmp_path / "labels.sqlite"
     _store_with_reviews(store, items, parent.version_id)
@@ -145,15 +151,41 @@ def test_calibrate_from_a_label_store_writes_the_next_version_naming_its_parent(
             "4096",
             "--out",
             str(out),
+            *flags,
         ],
     )
     assert result.exit_code == 0, result.output
+    return out, result
+
+
+def test_calibrate_from_a_label_store_writes_the_next_version_naming_its_parent(tmp_path, engine):
+    parent = _parent(engine)
+    out, result = _refit(tmp_path, parent)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["certification"]["certify"] == 60 and summary["certification"]["train_only"] == 30
+    # 60 of the 90 are of known chance (escalations and audits); half of them are held out to certify.
+    assert summary["certification"]["certify"] == 30 and summary["certification"]["train_only"] == 60
     assert set(summary["certification"]["frames"]) == {f"served:sst2:{parent.version_id}"}
     assert summary["parent"]["parent"] == parent.version_id and summary["parent"]["matched"] == 90
     profile = CalibrationProfile.load(out / "profile.json")
     assert (profile.name, profile.version, profile.parent) == ("sst2", 4, parent.version_id)
-    assert summary["split"]["test"] == 0 and summary["test"]["calibrated"]["part"] == "out of fold"
+    assert summary["split"]["test"] == 0 and summary["test"]["calibrated"]["part"] == "held out"
     assert "certify" in result.output  # the report says how many items certify and how many only train
     assert np.isfinite(summary["test"]["calibrated"]["nll"])
+
+
+def test_a_refit_that_certifies_nothing_leaves_its_certified_parent_served(tmp_path, engine):
+    """Its parent acts automatically above 0.6; the new version certifies no threshold (precision
+    0.999 is out of reach of 30 items), so it is written where no server reads it."""
+    parent = _parent(engine, threshold=0.6)
+    out, result = _refit(tmp_path, parent, "--target-precision", "0.999")
+    assert not (out / "profile.json").exists()
+    waiting = CalibrationProfile.load(out / "profile.uncertified.json")
+    assert (waiting.version, waiting.threshold) == (4, None)
+    assert "its parent stays served" in result.output
+    # A server reading the profiles folder (the parent beside the refit's folder) serves the parent.
+    (tmp_path / "served").mkdir()
+    parent.save(tmp_path / "served" / "sst2.json")
+    (out).rename(tmp_path / "served" / "refit")
+    from llamadecide.calibration.profile import profile_files
+
+    assert profile_files(tmp_path / "served") == [tmp_path / "served" / "sst2.json"]

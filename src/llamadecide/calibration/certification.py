@@ -41,6 +41,11 @@ def _draws(item: Draws) -> tuple[Draw, ...]:
     return item if isinstance(item, tuple) else (item,)
 
 
+def of_known_chance(item: Draws) -> bool:
+    """Whether an item was drawn at least once with a known chance (and so may certify)."""
+    return any(draw.certifies for draw in _draws(item))
+
+
 def _frames(items: Sequence[Draws]) -> dict[str, list[tuple[int, float]]]:
     """Each frame's certifying draws: (item, chance)."""
     frames: dict[str, list[tuple[int, float]]] = {}

@@ -33,6 +33,14 @@ class RunConfig:
     seed: int = option(0, "Split seed")
     target_precision: float = option(0.95, "Precision the automatically handled answers must reach", min=0.0, max=1.0)
     confidence_level: float = option(0.95, "Confidence of that guarantee", "--confidence", min=0.0, max=1.0)
+    certify_share: float = option(
+        0.5,
+        "Share of the labelled items of known chance held out of choosing and fitting, the threshold then "
+        "certified on the served model's own probabilities for them (0: certified out of fold on every item, "
+        "which reads optimistic: docs/calibration.md)",
+        min=0.0,
+        max=0.9,
+    )
     conformal_alpha: float = option(0.1, "Miscoverage of conformal sets", min=0.0, max=1.0)
     compare_modes: bool = option(False, "Also score in the other mode (text vs labels) and keep the better")
     rotations: int = option(

@@ -15,23 +15,26 @@ import numpy as np
 
 from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import Backend
-from llamadecide.calibration.certification import certification_counts, certification_weights
 from llamadecide.calibration.compare import Record, compare
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.fitting import Calibrator, Candidate
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
-from llamadecide.calibration.profile import CalibrationProfile, DemonstrationParams, method_fields
+from llamadecide.calibration.profile import PROFILE_FILE, CalibrationProfile, DemonstrationParams, method_fields
 from llamadecide.calibration.report import write_html
 from llamadecide.calibration.selection import public, usable
 from llamadecide.calibration.steps import (
     Certified,
     Choice,
+    Evidence,
     Fit,
     Measured,
     certify,
     choose_method,
+    evidence,
     fit_method,
+    held_out_counts,
+    hold_out,
     measure,
     score_items,
     split,
@@ -41,6 +44,8 @@ from llamadecide.calibration.thresholds import (
 )
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.errors import InvalidRequestError
+
+UNCERTIFIED_FILE = "profile.uncertified.json"  # a refit that certifies nothing where its parent did: not served
 
 
 @dataclass(frozen=True)
@@ -83,22 +88,37 @@ def run_calibration(
     parts = split(len(items), config.calibration_size, config.test_size, config.seed)
     scored, scoring = score_items(backend, task, items, parts, y, config)
     cal_idx, test_idx = np.setdiff1d(parts[0], demonstration_items(scored)), parts[1]
-    choice = choose_method(scored, cal_idx, y, config)
+    draws = [items[i].draws for i in cal_idx]
+    held = hold_out(draws, config.certify_share, config.seed)
+    train_idx = cal_idx[~held]
+    choice = choose_method(scored, train_idx, y, config)
     if scored[choice.variant].answered is not None and choice.candidate.reads_answers:  # the test part's waited
         scored, more = score_items(backend, task, items, parts, y, config, deferred=False)
         scoring.update(seconds=scoring["seconds"] + more["seconds"], plan=more["plan"])
-    fit = fit_method(scored[choice.variant], choice.candidate, cal_idx, y, config)
-    draws = [items[i].draws for i in fit.fit_on]
-    certified = certify(fit.P_oof, fit.y, certification_weights(draws), config)
-    measured = measure(scored, choice, fit, (cal_idx, test_idx), y, certified, config.conformal_alpha)
+    fit = fit_method(scored[choice.variant], choice.candidate, train_idx, y, config)
+    found = evidence(
+        scored[choice.variant],
+        fit,
+        y,
+        cal_idx[held],
+        [d for d, h in zip(draws, held) if h],
+        [items[i].draws for i in fit.fit_on],
+    )
+    certified = certify(found, config)
+    measured = measure(scored, choice, fit, found, (cal_idx, test_idx), y, certified, config.conformal_alpha)
     summary = summarise(backend, task, config, scored, choice, fit, certified, measured, (cal_idx, test_idx), y)
-    summary["certification"] = certification_counts(draws)
+    summary["certification"] = held_out_counts(draws, held)
     summary["split"]["items"] = len(items)  # with the sizes as split, `split` gives the parts back
     summary["split"]["as_split"] = {"calibration": int(len(parts[0])), "test": int(len(parts[1]))}
     profile = build_profile(summary, config, choice, fit, scored[choice.variant], certified.threshold, lineage)
-    summary["profile"] = {"name": profile.name, "version": profile.version, "parent": profile.parent}
+    summary["profile"] = {
+        "name": profile.name,
+        "version": profile.version,
+        "parent": profile.parent,
+        "file": profile_file(profile, lineage),
+    }
     if lineage is not None:
-        summary["parent"] = compare_with_parent(lineage, items, fit, task)
+        summary["parent"] = compare_with_parent(lineage, items, fit, found, task)
     summary["scoring"] = scoring["plan"]
     summary["cost"] = _cost(len(cal_idx) + len(test_idx), len(scored), scoring, time.perf_counter() - began)
     curves = ({"raw": measured.P_raw, "calibrated": measured.P}, {"raw": measured.y_raw, "calibrated": measured.y})
@@ -229,13 +249,28 @@ def build_profile(
     )
 
 
-def compare_with_parent(lineage: Lineage, items: list[LabelledItem], fit: Fit, task: Task) -> dict:
+def profile_file(profile: CalibrationProfile, lineage: Lineage | None) -> str:
+    """Where the profile is written: profile.json, which a server reading the folder takes in, unless
+    it is a refit that certifies no threshold where its parent served one. That version would send
+    every decision to review, so the parent stays served and the new version waits beside it, under
+    a name no server reads (rename it to profile.json to serve it all the same)."""
+    if lineage is not None and profile.threshold is None and lineage.parent.threshold is not None:
+        return UNCERTIFIED_FILE
+    return PROFILE_FILE
+
+
+def compare_with_parent(lineage: Lineage, items: list[LabelledItem], fit: Fit, found: Evidence, task: Task) -> dict:
     """The new version against its parent on the labelled items the parent served: what the parent
-    answered then (its served probabilities) and what the new version answers held out (out of fold)."""
+    answered then (its served probabilities) and what the new version answers on items it did not
+    fit (out of fold for those it fitted, its own probabilities for those held out to certify)."""
     options = [json.dumps(o) if not isinstance(o, str) else o for o in task.options]
+    answered = [(fit.fit_on, fit.P_oof, fit.y)] + (
+        [(found.items, found.P, found.y)] if found.part == "held out" else []
+    )
     new = {
         items[i].id: Record(items[i].id, options, P.tolist(), int(label))
-        for i, P, label in zip(fit.fit_on, fit.P_oof, fit.y)
+        for idx, probabilities, labels in answered
+        for i, P, label in zip(idx, probabilities, labels)
     }
     served = {k: Record(k, options, r.probabilities, new[k].label) for k, r in lineage.served.items() if k in new}
     if not served:
@@ -268,7 +303,7 @@ def write_run(result: CalibrationResult, items: list[LabelledItem], out: Path, b
     name = result.summary["task"]["name"]
     reliability_diagram(curves, labels, out / "reliability.png", bins=bins, title=f"Reliability: {name}")
     risk_coverage_plot(curves, labels, out / "risk_coverage.png", threshold_coverage=result.threshold_coverage)
-    result.profile.save(out / "profile.json")
+    result.profile.save(out / result.summary["profile"]["file"])
     with (out / "predictions.jsonl").open("w", encoding="utf-8") as handle:
         for row in result.predictions:
             handle.write(json.dumps(row) + "\n")

@@ -1,11 +1,13 @@
 """The steps of a calibration run, each taking and returning values: split the items, score them
-(cached, resumable), choose a method by cross-validation, fit it, certify a threshold on the items
-of known chance, measure the test part. `run.run_calibration` calls them in order; the stream
+(cached, resumable), hold a share of the items of known chance out to certify on, choose a method by
+cross-validation on the rest, fit it, certify a threshold on the held-out items with the fitted
+model's own probabilities, measure the test part. `run.run_calibration` calls them in order; the stream
 simulation (`labels.simulate`) calls the fitting and certifying ones on cached scores."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,12 @@ import numpy as np
 
 from llamadecide.calibration.backends import Backend
 from llamadecide.calibration.cache import ScoreCache
+from llamadecide.calibration.certification import (
+    Draws,
+    certification_counts,
+    certification_weights,
+    of_known_chance,
+)
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.cross_validation import one_blas_thread
 from llamadecide.calibration.data import LabelledItem, Task
@@ -89,6 +97,33 @@ def score_items(
     return scored, {"seconds": time.perf_counter() - began, "comparing_s": timing["comparing_s"], "plan": plan}
 
 
+# -- holding out -------------------------------------------------------------------------------------
+
+
+def hold_out(draws: Sequence[Draws], share: float, seed: int) -> np.ndarray:
+    """Which labelled items certify rather than choose and fit (a mask over `draws`): a simple random
+    sample of `share` of the items of known chance, drawn by `seed`. Each keeps a known chance of
+    having been labelled and held out (its own times `share`, a constant the frame's Hajek weights
+    cancel), and the model certified on them never saw them, so the bound is exact for the model
+    served, which out-of-fold probabilities of other models fitted on other labels are not. Items of
+    unknown chance only train. With `share` 0 nothing is held out (certified out of fold)."""
+    known = np.flatnonzero([of_known_chance(d) for d in draws])
+    held = np.zeros(len(draws), dtype=bool)
+    count = int(round(share * len(known)))
+    if count and len(draws) - count >= 2:  # two items at least to fit on
+        held[np.random.default_rng(seed).choice(known, count, replace=False)] = True
+    return held
+
+
+def held_out_counts(draws: Sequence[Draws], held: np.ndarray) -> dict:
+    """`certification.certification_counts` of the labelled items, with those held out certifying
+    and the rest training only (with nothing held out, as drawn)."""
+    if not held.any():
+        return {**certification_counts(list(draws)), "held_out": 0}
+    counted = certification_counts([d for d, h in zip(draws, held) if h])
+    return {**counted, "train_only": int(len(draws) - counted["certify"]), "held_out": int(held.sum())}
+
+
 # -- choosing and fitting ----------------------------------------------------------------------------
 
 
@@ -117,23 +152,66 @@ class Fit:
     fit_on: np.ndarray  # the calibration items it has what it reads for
     y: np.ndarray  # their labels
     P: np.ndarray  # its probabilities on them (in sample)
-    P_oof: np.ndarray  # their out-of-fold probabilities: what thresholds and conformal sets are set on
+    P_oof: np.ndarray | None  # their out-of-fold probabilities (when asked for)
 
 
-def fit_method(data: VariantScores, candidate: Candidate, cal_idx: np.ndarray, y: np.ndarray, config: RunConfig) -> Fit:
+def fit_method(
+    data: VariantScores,
+    candidate: Candidate,
+    cal_idx: np.ndarray,
+    y: np.ndarray,
+    config: RunConfig,
+    *,
+    with_out_of_fold: bool = True,
+) -> Fit:
     """The chosen candidate fitted on the calibration items it has what it reads for (all of them,
-    unless the run's budget scored answers on a subsample), and its out-of-fold probabilities: a
-    fitted calibrator is over-confident on the very items it was fitted on. Their folds ignore the
-    labels (`folds.certification_folds`), unlike the selection's."""
+    unless the run's budget scored answers on a subsample), and, `with_out_of_fold`, its out-of-fold
+    probabilities: a fitted calibrator is over-confident on the very items it was fitted on. Their
+    folds ignore the labels (`folds.certification_folds`), unlike the selection's."""
     fit_on = usable(data, candidate, cal_idx)
     with one_blas_thread():
         calibrator = fit_variant(candidate, data, fit_on, y[fit_on])
     P = apply_variant(calibrator, data, fit_on)
-    P_oof = out_of_fold(candidate, data, fit_on, y[fit_on], seed=config.seed, certifying=True)
+    P_oof = (
+        out_of_fold(candidate, data, fit_on, y[fit_on], seed=config.seed, certifying=True) if with_out_of_fold else None
+    )
     return Fit(candidate, calibrator, fit_on, y[fit_on], P, P_oof)
 
 
 # -- certifying --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Evidence:
+    """What a threshold is certified on: probabilities, labels and weights of the certifying items."""
+
+    items: np.ndarray  # which items (indices into the run's items)
+    P: np.ndarray
+    y: np.ndarray
+    weights: np.ndarray  # `certification.certification_weights`: 0 for an item that only trains
+    part: str  # "held out" (the served model's probabilities) or "out of fold"
+
+
+def evidence(
+    data: VariantScores,
+    fit: Fit,
+    y: np.ndarray,
+    held_idx: np.ndarray,
+    held_draws: Sequence[Draws],
+    fit_draws: Sequence[Draws],
+) -> Evidence:
+    """The held-out items the fitted model reads, with its probabilities for them; with none held
+    out, every fitted item's out-of-fold probabilities. `y` holds every item's label, `held_draws`
+    follow `held_idx`, `fit_draws` follow `fit.fit_on`."""
+    if not len(held_idx):
+        if fit.P_oof is None:
+            raise ValueError("nothing held out and no out-of-fold probabilities to certify on")
+        return Evidence(fit.fit_on, fit.P_oof, fit.y, certification_weights(list(fit_draws)), "out of fold")
+    reads = np.isin(held_idx, usable(data, fit.candidate, held_idx))
+    items = held_idx[reads]
+    draws = [d for d, r in zip(held_draws, reads) if r]
+    P = apply_variant(fit.calibrator, data, items)
+    return Evidence(items, P, y[items], certification_weights(draws), "held out")
 
 
 @dataclass
@@ -143,11 +221,12 @@ class Certified:
     qhat: float
 
 
-def certify(P_oof: np.ndarray, y: np.ndarray, weights: np.ndarray, config: RunConfig) -> Certified:
+def certify(found: Evidence, config: RunConfig) -> Certified:
     """The loosest threshold whose automatic answers clear the target precision at the confidence
-    level, on the out-of-fold probabilities of the items that certify (each with its weight), what
-    the items support when none does, and the conformal quantile."""
-    conf, correct = confidence(P_oof), P_oof.argmax(1) == y
+    level, on the certifying items (each with its weight), what the items support when none does,
+    and the conformal quantile."""
+    P, y, weights = found.P, found.y, found.weights
+    conf, correct = confidence(P), P.argmax(1) == y
     uniform = bool(np.all(weights == 1.0))
     threshold = select_threshold(
         conf,
@@ -163,7 +242,7 @@ def certify(P_oof: np.ndarray, y: np.ndarray, weights: np.ndarray, config: RunCo
         target=config.target_precision,
         confidence_level=config.confidence_level,
     )
-    return Certified(threshold, supported, conformal_quantile(P_oof, y, config.conformal_alpha))
+    return Certified(threshold, supported, conformal_quantile(P, y, config.conformal_alpha))
 
 
 # -- measuring ---------------------------------------------------------------------------------------
@@ -178,7 +257,7 @@ class Measured:
     y_raw: np.ndarray
     raw_items: np.ndarray
     raw_part: str  # test, calibration (raw answers only there), or out of fold
-    part: str  # test, or "out of fold" (no test part: the calibration part's held-out probabilities)
+    part: str  # test, or (no test part) the certifying items': "held out" or "out of fold"
     threshold: dict | None  # the certified threshold's figures on them
     conformal: dict
 
@@ -187,13 +266,15 @@ def measure(
     scored: dict[Variant, VariantScores],
     choice: Choice,
     fit: Fit,
+    found: Evidence,
     parts: tuple[np.ndarray, np.ndarray],
     y: np.ndarray,
     certified: Certified,
     alpha: float,
 ) -> Measured:
     """The chosen calibrator, its threshold and conformal sets, and the raw answers on the test part;
-    with no test part, the calibration part's out-of-fold probabilities stand in (said as such)."""
+    with no test part, the certifying items' probabilities stand in (said as such: held out, or out
+    of fold)."""
     cal_idx, test_idx = parts
     data, default = scored[choice.variant], next(iter(scored))
     raw_cal, raw_test = (usable(scored[default], Candidate("none", False), idx) for idx in (cal_idx, test_idx))
@@ -205,7 +286,7 @@ def measure(
         items = usable(data, choice.candidate, test_idx)
         P, part = apply_variant(fit.calibrator, data, items), "test"
     else:
-        items, P, part = fit.fit_on, fit.P_oof, "out of fold"
+        items, P, part = found.items, found.P, found.part
     threshold = (
         evaluate_threshold(confidence(P), P.argmax(1) == y[items], certified.threshold.threshold)
         if certified.threshold

@@ -30,6 +30,7 @@ RUN_FLAGS = (
     "seed",
     "target_precision",
     "confidence_level",
+    "certify_share",
     "conformal_alpha",
     "compare_modes",
     "rotations",
@@ -62,7 +63,7 @@ def calibrate_command(
             "--labels",
             help="A label store (SQLite file or s3://bucket/prefix): its labels of the task train, those of known "
             "chance certify (escalations, audits, random draws); with DATA, beside the file's. Without --test-size "
-            "the figures are measured out of fold",
+            "the figures are measured on the items held out to certify",
         ),
     ] = None,
     label_profile: Annotated[
@@ -90,6 +91,7 @@ def calibrate_command(
     calibration profile."""
     from llamadecide.calibration.backends import backend_from
     from llamadecide.calibration.data import load_task
+    from llamadecide.calibration.profile import PROFILE_FILE
     from llamadecide.calibration.report import print_summary
     from llamadecide.calibration.run import calibrate
     from llamadecide.engine import Engine
@@ -112,11 +114,19 @@ def calibrate_command(
     except LlamaDecideError as exc:
         raise fail(exc.message) from exc
     print_summary(summary)
-    typer.echo(f"wrote {out}/report.html, {out}/summary.json, {out}/profile.json")
+    written = summary["profile"]["file"]
+    typer.echo(f"wrote {out}/report.html, {out}/summary.json, {out}/{written}")
+    if written != PROFILE_FILE:
+        typer.echo(
+            f"version {summary['profile']['version']} certifies no threshold at precision "
+            f"{summary['threshold']['target']}: its parent stays served; rename {out}/{written} to {PROFILE_FILE} "
+            "to serve it anyway (every decision would go to review)"
+        )
 
 
 def labelled_split(run: dict, n: int) -> dict:
-    """With a label store, every item fits unless a test part is asked for (then measured out of fold)."""
+    """With a label store, every item is calibration unless a test part is asked for (without one,
+    measured on the items held out to certify)."""
     test = run.get("test_size") or 0
     return {**run, "test_size": test, "calibration_size": run.get("calibration_size") or n - test}
 

@@ -21,6 +21,7 @@ from llamadecide.settings import Settings
     "seed",
     "target_precision",
     "confidence_level",
+    "certify_share",
     "head",
     "lexical",
     "head_depth",

@@ -17,7 +17,16 @@ from llamadecide.settings import Settings
 PLAN_ENGINE_SETTINGS = tuple(name for name in SCORING_SETTINGS if name != "model")
 
 
-@config_flags(RunConfig, "calibration_size", "test_size", "seed", "target_precision", "confidence_level", "row_budget")
+@config_flags(
+    RunConfig,
+    "calibration_size",
+    "test_size",
+    "seed",
+    "target_precision",
+    "confidence_level",
+    "certify_share",
+    "row_budget",
+)
 @settings_flags(*PLAN_ENGINE_SETTINGS)
 def plan_command(
     data: LabelledFileArgument,

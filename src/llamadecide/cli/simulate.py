@@ -38,6 +38,7 @@ from llamadecide.settings import Settings
     "seed",
     "target_precision",
     "confidence_level",
+    "certify_share",
     "prior_correction",
     "head",
     "lexical",

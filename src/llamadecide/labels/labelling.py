@@ -22,7 +22,7 @@ import numpy as np
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.selection import apply_variant
-from llamadecide.calibration.steps import certify, choose_method, fit_method
+from llamadecide.calibration.steps import certify, choose_method, evidence, fit_method, held_out_counts, hold_out
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.decisions.maths import confidence
 from llamadecide.labels.active import DrawRule, draw, gain, inclusion
@@ -170,17 +170,18 @@ class LabellingSession:
         y[idx] = [self.task.gold_index(item.label) for _, item in kept]
         draws = {i: item.draws for i, item in kept}
         idx = np.setdiff1d(idx, demonstration_items(self.scored))
-        choice = choose_method(self.scored, idx, y, self.config.run)
+        drawn = [draws[int(i)] for i in idx]
+        held = hold_out(drawn, self.config.run.certify_share, self.config.run.seed)
+        choice = choose_method(self.scored, idx[~held], y, self.config.run)
         data = self.scored[choice.variant]
-        fit = fit_method(data, choice.candidate, idx, y, self.config.run)
-        weights_of = [draws[int(i)] for i in fit.fit_on]
-        from llamadecide.calibration.certification import certification_counts, certification_weights
-
-        certified = certify(fit.P_oof, fit.y, certification_weights(weights_of), self.config.run)
+        fit = fit_method(data, choice.candidate, idx[~held], y, self.config.run, with_out_of_fold=not held.any())
+        held_draws = [d for d, h in zip(drawn, held) if h]
+        found = evidence(data, fit, y, idx[held], held_draws, [draws[int(i)] for i in fit.fit_on])
+        certified = certify(found, self.config.run)
         P_pool = apply_variant(fit.calibrator, data, np.arange(len(self.pool)))
         threshold = certified.threshold.threshold if certified.threshold else None
         share = float((confidence(P_pool) >= threshold).mean()) if threshold is not None else 0.0
-        counts = certification_counts(weights_of)
+        counts = held_out_counts(drawn, held)
         figures = {
             "labels": int(len(kept)),
             "certifying": counts["certify"],

@@ -22,11 +22,10 @@ import numpy as np
 
 from llamadecide.calibration.backends import Backend
 from llamadecide.calibration.cache import ScoreCache
-from llamadecide.calibration.certification import certification_counts, certification_weights
 from llamadecide.calibration.config import RunConfig, option
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.selection import apply_variant
-from llamadecide.calibration.steps import certify, choose_method, fit_method
+from llamadecide.calibration.steps import certify, choose_method, evidence, fit_method, held_out_counts, hold_out
 from llamadecide.calibration.thresholds import weighted_lower_bound
 from llamadecide.calibration.variant_scoring import score_variants
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
@@ -207,18 +206,20 @@ def refit(
     held = np.setdiff1d(idx, demonstration_items(scored))
     keep = np.isin(idx, held)
     idx, draws = idx[keep], [d for d, k in zip(draws, keep) if k]
-    choice = choose_method(scored, idx, y, config.run)
+    held = hold_out(draws, config.run.certify_share, config.run.seed)
+    choice = choose_method(scored, idx[~held], y, config.run)
     data = scored[choice.variant]
-    fit = fit_method(data, choice.candidate, idx, y, config.run)
+    fit = fit_method(data, choice.candidate, idx[~held], y, config.run, with_out_of_fold=not held.any())
     position = {int(i): n for n, i in enumerate(idx)}
     fit_draws = [draws[position[int(i)]] for i in fit.fit_on]
-    certified = certify(fit.P_oof, fit.y, certification_weights(fit_draws), config.run)
+    held_draws = [d for d, h in zip(draws, held) if h]
+    certified = certify(evidence(data, fit, y, idx[held], held_draws, fit_draws), config.run)
     threshold = certified.threshold.threshold if certified.threshold else None
     P_test = apply_variant(fit.calibrator, data, test)
     conf_test = confidence(P_test)
     auto = conf_test >= threshold if threshold is not None else np.zeros(len(test), bool)
     correct = P_test.argmax(1) == y[test]
-    counts = certification_counts(fit_draws)
+    counts = held_out_counts(draws, held)
     point = {
         "labels": int(len(idx)),
         "certify": counts["certify"],
