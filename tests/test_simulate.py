@@ -64,3 +64,23 @@ def test_labelling_orders_are_compared_label_for_label_over_seeds(slice_file, tm
     random_labels = [p["labels"] for p in found["orders"]["random"]["replays"][0]["points"]]
     assert random_labels == [20, 30, 40]  # rounds of 10 in a seeded order, a point every 10
     assert found["labels_for_that_accuracy"]["random"] <= 40
+
+
+def test_the_plot_of_many_seeds_without_a_baseline_draws_no_empty_legend(tmp_path):
+    import warnings
+
+    from llamadecide.labels.simulate import plot
+
+    points = [{"labels": n, "auto_share": 0.5, "true_precision": 0.96} for n in (200, 450)]
+    result = {
+        "task": "t",
+        "audit_rate": 0.02,
+        "refit_every": 250,
+        "target_precision": 0.95,
+        "baseline": None,
+        "replays": [{"seed": seed, "points": points} for seed in range(7)],
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns "No artists with labels found to put in legend"
+        plot(result, tmp_path / "simulation.png")
+    assert (tmp_path / "simulation.png").stat().st_size > 0

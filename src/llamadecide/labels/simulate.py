@@ -368,7 +368,8 @@ def plot(result: dict, path: Path) -> None:
     if not named:
         share.set_title(f"{len(result['replays'])} seeds, one line each", fontsize=9)
     precision.set(xlabel="labels (start + reviews)", ylabel="true precision of automatic decisions", ylim=(0.5, 1.0))
-    share.legend(fontsize=7)
+    if named or result["baseline"]:  # else no line of the share plot has a label
+        share.legend(fontsize=7)
     precision.legend(fontsize=7)
     fig.suptitle(
         f"{result['task']}: reviews as labels (audit {result['audit_rate']:.0%}, refit every {result['refit_every']})"
