@@ -69,7 +69,7 @@ def label_command(
     from llamadecide.engine import Engine
     from llamadecide.labels.active import DrawRule
     from llamadecide.labels.labelling import LabellingConfig, LabellingSession, initial_probabilities, pool_items
-    from llamadecide.labels.simulate import score_pool
+    from llamadecide.labels.replay import score_pool
     from llamadecide.labels.store import open_store
     from llamadecide.server.labelling_app import create_labelling_app
 

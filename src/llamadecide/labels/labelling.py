@@ -26,9 +26,9 @@ from llamadecide.calibration.steps import certify, choose_method, evidence, fit_
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.decisions.maths import confidence
 from llamadecide.labels.active import DrawRule, draw, gain, inclusion
-from llamadecide.labels.orders import OrderingModel
 from llamadecide.labels.records import ReviewItem, state_sha256
 from llamadecide.labels.refit import store_labels
+from llamadecide.labels.replay import OrderingModel
 from llamadecide.labels.store import LabelStore
 
 log = logging.getLogger(__name__)

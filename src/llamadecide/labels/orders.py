@@ -14,10 +14,10 @@ import numpy as np
 
 from llamadecide.calibration.certification import Draw
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.selection import apply_variant, fit_variant
 from llamadecide.calibration.variants import Variant, VariantScores
 from llamadecide.labels.active import DrawRule, draw, gain, inclusion
 from llamadecide.labels.records import Label, ReviewItem, state_sha256
+from llamadecide.labels.replay import honesty, refit, split
 from llamadecide.labels.sqlite_store import SqliteLabelStore
 
 SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # certified automatic shares reported
@@ -35,8 +35,6 @@ def label_in_order(
 ) -> list[dict]:
     """One labelling run: the start labels at random, then rounds in `order` until `max_labels`; a
     point (the simulation's `refit`) every `measure_every` labels."""
-    from llamadecide.labels.simulate import refit
-
     pool = np.concatenate([parts.start, parts.stream])
     store = _fresh_store(Path(config.out_dir) / f"labels-{order}-seed{seed}.sqlite")
     rng = np.random.default_rng(seed + 7919)
@@ -52,7 +50,7 @@ def label_in_order(
             idx = np.array([index[r.item.id] for r in labelled])
             draws = [tuple(Draw(c, f) for f, c in r.draws) for r in labelled]
             if len(idx) >= next_point or len(idx) >= config.max_labels or not queue:
-                served, point = refit(scored, idx, draws, y, parts.test, config)
+                served, point = refit(scored, idx, draws, y, parts.test, config.run)
                 points.append({"order": order, "seed": seed, **point})
                 model = served.model
                 next_point += config.measure_every
@@ -114,23 +112,6 @@ def _label(store, task: Task, items, y, indices: np.ndarray, chances: list[float
     store.add_labels([Label(items[i].id, "0", task.options[y[i]], "simulation") for i in indices])
 
 
-class OrderingModel:
-    """The model a round's draw reads: the last refit's chosen method, refitted (without its
-    cross-validation) on every label so far."""
-
-    def __init__(self, candidate, data: VariantScores, y: np.ndarray) -> None:
-        self.candidate, self.data, self.y = candidate, data, y
-        self.calibrator = None
-
-    def refitted(self, idx: np.ndarray) -> OrderingModel:
-        fitted = OrderingModel(self.candidate, self.data, self.y)
-        fitted.calibrator = fit_variant(self.candidate, self.data, idx, self.y[idx])
-        return fitted
-
-    def probabilities(self, pool: np.ndarray) -> np.ndarray:
-        return apply_variant(self.calibrator, self.data, pool)
-
-
 def labels_needed(points: list[dict], shares=SHARES) -> dict[str, int | None]:
     """For each certified automatic share, the fewest labels at which a point reached it."""
     return {
@@ -147,8 +128,6 @@ def accuracy_labels(points: list[dict], accuracy: float) -> int | None:
 def compare_orders(task, items, y, scored, used, config) -> dict:
     """Each order's labelling runs (one a seed), and the labels each needed for every certified share
     and for the accuracy random ordering reached at its most labels."""
-    from llamadecide.labels.simulate import honesty, split
-
     orders: dict[str, dict] = {}
     for order in config.orders:
         replays = [

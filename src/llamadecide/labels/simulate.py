@@ -11,7 +11,6 @@ scored once (cached); a refit fits on cached scores."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import time
@@ -21,19 +20,15 @@ from pathlib import Path
 import numpy as np
 
 from llamadecide.calibration.backends import Backend
-from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.config import RunConfig, option
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.selection import apply_variant
-from llamadecide.calibration.steps import certify, choose_method, evidence, fit_method, held_out_counts, hold_out
 from llamadecide.calibration.thresholds import weighted_lower_bound
-from llamadecide.calibration.variant_scoring import score_variants
-from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
+from llamadecide.calibration.variants import Variant, VariantScores
 from llamadecide.decisions.maths import confidence
-from llamadecide.errors import InvalidRequestError
-from llamadecide.labels.orders import OrderingModel, compare_orders, plot_orders
+from llamadecide.labels.orders import compare_orders, plot_orders
 from llamadecide.labels.queue import draw_for_review, served_frame
 from llamadecide.labels.records import Label, ReviewItem, state_sha256
+from llamadecide.labels.replay import Split, honesty, refit, score_pool, split, universe
 from llamadecide.labels.sqlite_store import SqliteLabelStore
 
 START_FRAME = "start"  # the random labels to start with: a census of their own draw (chance 1)
@@ -64,54 +59,11 @@ class SimulationConfig:
     floor: float = option(0.2, "With --order active: the uniform share of each draw", min=0.01, max=1.0)
 
 
-@dataclass(frozen=True)
-class Split:
-    test: np.ndarray
-    start: np.ndarray
-    stream: np.ndarray  # in replay order
-
-
-def universe(n: int, config: SimulationConfig) -> np.ndarray:
-    """The items every replay draws from (scored once): a seeded sample of the file."""
-    size = config.start_labels + config.stream + config.test_size
-    if size > n or config.start_labels < 2 or config.test_size < 1 or config.stream < 1:
-        raise InvalidRequestError(
-            f"cannot draw {config.start_labels} start, {config.stream} streamed and {config.test_size} test items "
-            f"from {n}"
-        )
-    return np.sort(np.random.default_rng(config.run.seed).permutation(n)[:size])
-
-
-def split(items: np.ndarray, config: SimulationConfig, seed: int) -> Split:
-    order = np.random.default_rng(seed).permutation(items)
-    k, n = config.test_size, config.start_labels
-    return Split(np.sort(order[:k]), np.sort(order[k : k + n]), order[k + n : k + n + config.stream])
-
-
 def score_universe(
     backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, config: SimulationConfig
 ) -> dict[Variant, VariantScores]:
     """Every used item scored once (cached in the output folder)."""
     return score_pool(backend, task, items, used, config.run, Path(config.out_dir) / "cache.sqlite")
-
-
-def score_pool(
-    backend: Backend, task: Task, items: list[LabelledItem], used: np.ndarray, run: RunConfig, cache_path: Path
-) -> dict[Variant, VariantScores]:
-    """Every used item scored once, as a pool is: where the row budget scored a variant's answers on a
-    subsample, not every item can be answered with them, so that variant keeps its hidden states only;
-    question-first formats zero-shot (demonstrations would come from labels not given yet)."""
-    run = dataclasses.replace(run, shots=0, shots_per_class=(0,))
-    cache = ScoreCache(cache_path)
-    try:
-        scored = score_variants(backend, task, items, used, run, cache, pool=used, split_parts=(used,))
-    finally:
-        cache.close()
-    return {
-        v: dataclasses.replace(data, hidden_only=True) if data.answered is not None and not data.hidden_only else data
-        for v, data in scored.items()
-        if not (data.answered is not None and data.hidden is None)
-    }
 
 
 def simulate(backend: Backend, task: Task, items: list[LabelledItem], config: SimulationConfig) -> dict:
@@ -177,7 +129,7 @@ def replay(
             labelled = store.labelled()
             idx = np.array([index[r.item.id] for r in labelled])
             draws = [_draw(r) for r in labelled]
-            served, point = refit(scored, idx, draws, y, parts.test, config)
+            served, point = refit(scored, idx, draws, y, parts.test, config.run)
             point.update(audit(store, f"v{version - 1}", config) if version > 1 else {})
             points.append({"version": version, **point})
             if not stream:
@@ -188,67 +140,6 @@ def replay(
                 given += _serve(store, task, items[i], y[i], served(i), config, rng, f"v{version}")
     finally:
         store.close()
-
-
-def refit(
-    scored: dict[Variant, VariantScores],
-    idx: np.ndarray,
-    draws: list,
-    y: np.ndarray,
-    test: np.ndarray,
-    config: SimulationConfig,
-) -> tuple:
-    """A profile refitted on the labelled items (`calibration.run`'s choose, fit and certify steps),
-    and its point: the labels, the certified share and the true precision on the test part. Returns
-    also how it answers an item (its probabilities and the action its threshold gives)."""
-    order = np.argsort(idx)
-    idx, draws = idx[order], [draws[i] for i in order]
-    held = np.setdiff1d(idx, demonstration_items(scored))
-    keep = np.isin(idx, held)
-    idx, draws = idx[keep], [d for d, k in zip(draws, keep) if k]
-    held = hold_out(draws, config.run.certify_share, config.run.seed)
-    choice = choose_method(scored, idx[~held], y, config.run)
-    data = scored[choice.variant]
-    fit = fit_method(data, choice.candidate, idx[~held], y, config.run, with_out_of_fold=not held.any())
-    position = {int(i): n for n, i in enumerate(idx)}
-    fit_draws = [draws[position[int(i)]] for i in fit.fit_on]
-    held_draws = [d for d, h in zip(draws, held) if h]
-    certified = certify(evidence(data, fit, y, idx[held], held_draws, fit_draws), config.run)
-    threshold = certified.threshold.threshold if certified.threshold else None
-    P_test = apply_variant(fit.calibrator, data, test)
-    conf_test = confidence(P_test)
-    auto = conf_test >= threshold if threshold is not None else np.zeros(len(test), bool)
-    correct = P_test.argmax(1) == y[test]
-    counts = held_out_counts(draws, held)
-    point = {
-        "labels": int(len(idx)),
-        "certify": counts["certify"],
-        "train_only": counts["train_only"],
-        "method": choice.chosen["label"],
-        "threshold": threshold,
-        "auto_share": float(auto.mean()),
-        "true_precision": float(correct[auto].mean()) if auto.any() else None,
-        "test_accuracy": float(correct.mean()),
-        "certified_lower_bound": certified.threshold.lower_bound if certified.threshold else None,
-    }
-
-    return Refitted(fit.calibrator, data, threshold, OrderingModel(choice.candidate, data, y)), point
-
-
-@dataclass
-class Refitted:
-    """A refit as served: an item's probabilities and the action its threshold gives; and the model
-    a labelling round reads (`orders.OrderingModel`)."""
-
-    calibrator: object
-    data: VariantScores
-    threshold: float | None
-    model: OrderingModel
-
-    def __call__(self, i: int) -> tuple[np.ndarray, str]:
-        P = apply_variant(self.calibrator, self.data, np.array([i]))[0]
-        conf = float(confidence(P[None])[0])
-        return P, "auto" if self.threshold is not None and conf >= self.threshold else "escalate"
 
 
 def audit(store: SqliteLabelStore, version: str, config: SimulationConfig) -> dict:
@@ -274,22 +165,8 @@ def fit_baseline(
     idx = np.sort(np.random.default_rng(config.run.seed).permutation(pool)[: config.baseline_labels])
     from llamadecide.calibration.certification import Draw
 
-    _, point = refit(scored, idx, [(Draw(1.0, "baseline"),)] * len(idx), y, parts.test, config)
+    _, point = refit(scored, idx, [(Draw(1.0, "baseline"),)] * len(idx), y, parts.test, config.run)
     return point
-
-
-def honesty(replays: list[dict], target: float) -> dict:
-    """How often the true precision of automatic decisions on the test part fell below the target,
-    over every refit of every replay that certified a threshold."""
-    certified = [
-        p for r in replays for p in r["points"] if p["threshold"] is not None and p["true_precision"] is not None
-    ]
-    below = [p for p in certified if p["true_precision"] < target]
-    return {
-        "certified_refits": len(certified),
-        "below_target": len(below),
-        "share_below": len(below) / max(len(certified), 1),
-    }
 
 
 def _draw(record) -> tuple:
