@@ -45,6 +45,10 @@ def test_a_stream_replay_refits_as_reviews_arrive_and_measures_each_refit(slice_
         assert (point["threshold"] is None) == (point["true_precision"] is None)
         assert point["certify"] + point["train_only"] == point["labels"]  # every label drawn with a chance
     assert found["honesty"]["certified_refits"] == sum(p["threshold"] is not None for p in found["points"])
+    # A refit that certifies nothing does not replace a version that did: the last certified one serves.
+    for n, point in enumerate(found["points"]):
+        certified = [p["version"] for p in found["points"][: n + 1] if p["threshold"] is not None]
+        assert point["serving"] == (certified[-1] if certified else point["version"])
 
 
 def test_labelling_orders_are_compared_label_for_label_over_seeds(slice_file, tmp_path):

@@ -103,9 +103,11 @@ def simulate_command(
     for replay in result.get("replays", []):
         for point in replay["points"]:
             precision = "-" if point["true_precision"] is None else f"{point['true_precision']:.3f}"
+            kept = point.get("serving", point.get("version")) != point.get("version")
             typer.echo(
                 f"seed {replay['seed']}  labels {point['labels']:5d}  certified auto share {point['auto_share']:.3f}  "
                 f"true precision {precision}  ({point['method']})"
+                + (f"  version {point['serving']} stays served ({point['served_auto_share']:.3f})" if kept else "")
             )
     if result.get("baseline"):
         base = result["baseline"]

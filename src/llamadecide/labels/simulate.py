@@ -112,7 +112,9 @@ def replay(
     seed: int,
 ) -> list[dict]:
     """One replay: the start labels, then the stream through the review queue, a refit every
-    `refit_every` new labels; one point per refit."""
+    `refit_every` new labels; one point per refit. A refit that certifies nothing where the version
+    serving did is not served (as `calibrate` writes it: `run.profile_file`): the point says which
+    version serves after it (`serving`) and that version's share and precision on the test part."""
     path = Path(config.out_dir) / f"labels-seed{seed}.sqlite"
     for stale in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         stale.unlink(missing_ok=True)
@@ -123,21 +125,31 @@ def replay(
         store.record([_item(task, items[i], None, "file", True, 1.0, START_FRAME, "start", None) for i in parts.start])
         store.add_labels([Label(items[i].id, "0", task.options[y[i]], "simulation") for i in parts.start])
         points, stream = [], list(parts.stream)
-        version = 0
+        version, serving = 0, None  # serving: (version, its refit, its point)
         while True:
             version += 1
             labelled = store.labelled()
             idx = np.array([index[r.item.id] for r in labelled])
             draws = [_draw(r) for r in labelled]
-            served, point = refit(scored, idx, draws, y, parts.test, config.run)
-            point.update(audit(store, f"v{version - 1}", config) if version > 1 else {})
-            points.append({"version": version, **point})
+            refitted, point = refit(scored, idx, draws, y, parts.test, config.run)
+            point.update(audit(store, f"v{serving[0]}", config) if serving else {})
+            if serving is None or refitted.threshold is not None or serving[1].threshold is None:
+                serving = (version, refitted, point)
+            points.append(
+                {
+                    "version": version,
+                    **point,
+                    "serving": serving[0],
+                    "served_auto_share": serving[2]["auto_share"],
+                    "served_true_precision": serving[2]["true_precision"],
+                }
+            )
             if not stream:
                 return points
             given = 0
             while stream and given < config.refit_every:
                 i = int(stream.pop(0))
-                given += _serve(store, task, items[i], y[i], served(i), config, rng, f"v{version}")
+                given += _serve(store, task, items[i], y[i], serving[1](i), config, rng, f"v{serving[0]}")
     finally:
         store.close()
 
@@ -212,7 +224,7 @@ def _item(task, item, P, origin, queued, chance, frame, version, action) -> Revi
 
 
 def plot(result: dict, path: Path) -> None:
-    """Certified automatic share against labels (every replay), the baseline's share, and the true
+    """Certified automatic share served against labels (every replay), the baseline's share, and the true
     precision of the automatic decisions against the target."""
     import matplotlib
 
@@ -225,7 +237,7 @@ def plot(result: dict, path: Path) -> None:
         labels = [p["labels"] for p in replay["points"]]
         share.plot(
             labels,
-            [p["auto_share"] for p in replay["points"]],
+            [p.get("served_auto_share", p["auto_share"]) for p in replay["points"]],
             marker="o",
             alpha=0.7,
             label=f"seed {replay['seed']}" if named else None,
@@ -241,7 +253,7 @@ def plot(result: dict, path: Path) -> None:
             result["baseline"]["auto_share"], color="k", ls="--", label=f"{result['baseline']['labels']} random labels"
         )
     precision.axhline(result["target_precision"], color="r", ls="--", label="target")
-    share.set(xlabel="labels (start + reviews)", ylabel="certified automatic share (test part)", ylim=(0, 1))
+    share.set(xlabel="labels (start + reviews)", ylabel="certified automatic share served (test part)", ylim=(0, 1))
     if not named:
         share.set_title(f"{len(result['replays'])} seeds, one line each", fontsize=9)
     precision.set(xlabel="labels (start + reviews)", ylabel="true precision of automatic decisions", ylim=(0.5, 1.0))
