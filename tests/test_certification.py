@@ -4,6 +4,8 @@ exact Clopper-Pearson bound when every weight is equal, and covers the truth on 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -129,16 +131,37 @@ def test_active_draws_certify_honestly():
     assert np.mean(plain_errors) < -0.005
 
 
+def _run_config(**fields):
+    from llamadecide.calibration.config import RunConfig
+
+    return RunConfig(out_dir=Path("unused"), **fields)
+
+
 def test_held_out_items_are_a_uniform_share_of_those_of_known_chance_and_never_picked_ones():
     from llamadecide.calibration.steps import hold_out
 
     draws = [(Draw(1.0, "file"),)] * 60 + [(Draw(None, "served:t:v1"),)] * 40 + [(Draw(0.02, "served:t:v1"),)] * 100
-    held = np.array([hold_out(draws, 0.5, seed) for seed in range(400)])
+    held = np.array([hold_out(draws, _run_config(seed=seed, target_precision=0.9)) for seed in range(400)])
     assert (held.sum(1) == 80).all()  # half of the 160 of known chance, every time
     assert not held[:, 60:100].any()  # an item picked by hand only trains
     # Each item of known chance is held out with the same chance, whatever its own.
     assert np.abs(held[:, :60].mean(0) - 0.5).max() < 0.1 and np.abs(held[:, 100:].mean(0) - 0.5).max() < 0.1
-    assert not hold_out(draws, 0.0, 0).any()
+    assert not hold_out(draws, _run_config(certify_share=0.0, target_precision=0.9)).any()
+
+
+def test_too_few_items_to_hold_out_fit_every_label_and_certify_nothing():
+    """At precision 0.95 a threshold is tested with 118 automatic items at least: 80 held out could
+    never certify, so none are held out, and out-of-fold probabilities, which read optimistic, do not
+    certify in their place (while a share of 0 asks for them)."""
+    from llamadecide.calibration.steps import Evidence, certify, hold_out
+
+    draws = [(Draw(1.0, "file"),)] * 160
+    assert not hold_out(draws, _run_config(target_precision=0.95)).any()
+    P = np.full((160, 2), 0.01)
+    P[:, 0] = 0.99  # every item sure and right: out of fold, this would certify
+    out_of_fold = Evidence(np.arange(160), P, np.zeros(160, int), np.ones(160), "out of fold")
+    assert certify(out_of_fold, _run_config(target_precision=0.95)).threshold is None
+    assert certify(out_of_fold, _run_config(target_precision=0.95, certify_share=0.0)).threshold is not None
 
 
 def test_a_threshold_is_certified_on_the_served_models_probabilities_for_items_it_never_fitted(tmp_path):
@@ -163,12 +186,13 @@ def test_a_threshold_is_certified_on_the_served_models_probabilities_for_items_i
         prompt_formats=("llamadecide-1",),
         shots_per_class=(),
         row_budget=0,
+        target_precision=0.9,  # 100 held out: enough to be tested at 0.9 (58), not at 0.95 (118)
     )
     y = np.arange(200) % 4
     idx = np.arange(200)
     scored, _ = score_items(SubsampleBackend(truth, informative=True), task, items, (idx, idx[:0]), y, config)
     draws = [it.draws for it in items]
-    held = hold_out(draws, 0.5, 0)
+    held = hold_out(draws, config)
     choice = choose_method(scored, idx[~held], y, config)
     data = scored[choice.variant]
     fit = fit_method(data, choice.candidate, idx[~held], y, config, with_out_of_fold=False)

@@ -89,7 +89,7 @@ def run_calibration(
     scored, scoring = score_items(backend, task, items, parts, y, config)
     cal_idx, test_idx = np.setdiff1d(parts[0], demonstration_items(scored)), parts[1]
     draws = [items[i].draws for i in cal_idx]
-    held = hold_out(draws, config.certify_share, config.seed)
+    held = hold_out(draws, config)
     train_idx = cal_idx[~held]
     choice = choose_method(scored, train_idx, y, config)
     if scored[choice.variant].answered is not None and choice.candidate.reads_answers:  # the test part's waited

@@ -31,6 +31,7 @@ from llamadecide.calibration.thresholds import (
     conformal_quantile,
     conformal_report,
     evaluate_threshold,
+    fewest_tested,
     reachable,
     select_threshold,
 )
@@ -100,18 +101,20 @@ def score_items(
 # -- holding out -------------------------------------------------------------------------------------
 
 
-def hold_out(draws: Sequence[Draws], share: float, seed: int) -> np.ndarray:
+def hold_out(draws: Sequence[Draws], config: RunConfig) -> np.ndarray:
     """Which labelled items certify rather than choose and fit (a mask over `draws`): a simple random
-    sample of `share` of the items of known chance, drawn by `seed`. Each keeps a known chance of
-    having been labelled and held out (its own times `share`, a constant the frame's Hajek weights
-    cancel), and the model certified on them never saw them, so the bound is exact for the model
-    served, which out-of-fold probabilities of other models fitted on other labels are not. Items of
-    unknown chance only train. With `share` 0 nothing is held out (certified out of fold)."""
+    sample of `certify_share` of the items of known chance, drawn by the run's seed. Each keeps a
+    known chance of having been labelled and held out (its own times the share, a constant the
+    frame's Hajek weights cancel), and the model certified on them never saw them, so the bound is
+    exact for the model served, which out-of-fold probabilities of other models fitted on other
+    labels are not. Items of unknown chance only train. Nothing is held out when the share is 0
+    (certified out of fold) or when fewer items than a threshold is tested with would be (then no
+    threshold could be certified on them: every label fits, and `certify` certifies none)."""
     known = np.flatnonzero([of_known_chance(d) for d in draws])
     held = np.zeros(len(draws), dtype=bool)
-    count = int(round(share * len(known)))
-    if count and len(draws) - count >= 2:  # two items at least to fit on
-        held[np.random.default_rng(seed).choice(known, count, replace=False)] = True
+    count = int(round(config.certify_share * len(known)))
+    if count >= fewest_tested(config.target_precision, config.confidence_level) and len(draws) - count >= 2:
+        held[np.random.default_rng(config.seed).choice(known, count, replace=False)] = True
     return held
 
 
@@ -224,16 +227,21 @@ class Certified:
 def certify(found: Evidence, config: RunConfig) -> Certified:
     """The loosest threshold whose automatic answers clear the target precision at the confidence
     level, on the certifying items (each with its weight), what the items support when none does,
-    and the conformal quantile."""
+    and the conformal quantile. Where a share was to be held out and too few items were to hold
+    (`hold_out`), out-of-fold probabilities say what is reachable but certify nothing."""
     P, y, weights = found.P, found.y, found.weights
     conf, correct = confidence(P), P.argmax(1) == y
     uniform = bool(np.all(weights == 1.0))
-    threshold = select_threshold(
-        conf,
-        correct,
-        target=config.target_precision,
-        confidence_level=config.confidence_level,
-        weights=None if uniform else weights,
+    threshold = (
+        select_threshold(
+            conf,
+            correct,
+            target=config.target_precision,
+            confidence_level=config.confidence_level,
+            weights=None if uniform else weights,
+        )
+        if found.part == "held out" or config.certify_share == 0
+        else None
     )
     certifying = weights > 0
     supported = reachable(

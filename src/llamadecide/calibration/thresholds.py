@@ -58,6 +58,12 @@ def smallest_passing_sample(target: float, confidence_level: float) -> int:
     return int(np.ceil(np.log(1.0 - confidence_level) / np.log(target)))
 
 
+def fewest_tested(target: float, confidence_level: float) -> int:
+    """The fewest automatic items a threshold is tested with by default (`select_threshold`'s
+    `min_auto`): twice the smallest sample that could clear the target at all."""
+    return 2 * smallest_passing_sample(target, confidence_level)
+
+
 def select_threshold(
     conf: np.ndarray,
     correct: np.ndarray,
@@ -80,7 +86,7 @@ def select_threshold(
     of positive weight are tested, each counting its weight (`weighted_lower_bound`; `min_auto` is
     then an effective size)."""
     if min_auto is None:
-        min_auto = 2 * smallest_passing_sample(target, confidence_level)
+        min_auto = fewest_tested(target, confidence_level)
     conf = np.asarray(conf, dtype=float)
     correct = np.asarray(correct, dtype=bool)
     if weights is not None:

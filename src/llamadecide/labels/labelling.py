@@ -171,7 +171,7 @@ class LabellingSession:
         draws = {i: item.draws for i, item in kept}
         idx = np.setdiff1d(idx, demonstration_items(self.scored))
         drawn = [draws[int(i)] for i in idx]
-        held = hold_out(drawn, self.config.run.certify_share, self.config.run.seed)
+        held = hold_out(drawn, self.config.run)
         choice = choose_method(self.scored, idx[~held], y, self.config.run)
         data = self.scored[choice.variant]
         fit = fit_method(data, choice.candidate, idx[~held], y, self.config.run, with_out_of_fold=not held.any())

@@ -85,7 +85,7 @@ def refit(
     held = np.setdiff1d(idx, demonstration_items(scored))
     keep = np.isin(idx, held)
     idx, draws = idx[keep], [d for d, k in zip(draws, keep) if k]
-    held = hold_out(draws, run.certify_share, run.seed)
+    held = hold_out(draws, run)
     choice = choose_method(scored, idx[~held], y, run)
     data = scored[choice.variant]
     fit = fit_method(data, choice.candidate, idx[~held], y, run, with_out_of_fold=not held.any())
