@@ -95,7 +95,9 @@ def run_calibration(
     if scored[choice.variant].answered is not None and choice.candidate.reads_answers:  # the test part's waited
         scored, more = score_items(backend, task, items, parts, y, config, deferred=False)
         scoring.update(seconds=scoring["seconds"] + more["seconds"], plan=more["plan"])
-    fit = fit_method(scored[choice.variant], choice.candidate, train_idx, y, config)
+    # Out-of-fold probabilities certify where nothing is held out, and compare a refit with its parent.
+    needs_out_of_fold = not held.any() or lineage is not None
+    fit = fit_method(scored[choice.variant], choice.candidate, train_idx, y, config, with_out_of_fold=needs_out_of_fold)
     found = evidence(
         scored[choice.variant],
         fit,
