@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fake_backend import OPTIONS, SubsampleBackend, compass_task, fake_run_config
 from llamadecide.calibration.certification import Draw, certification_counts, certification_weights
 from llamadecide.calibration.thresholds import clopper_pearson_lower, select_threshold, weighted_lower_bound
 
@@ -132,21 +133,63 @@ def test_active_draws_certify_honestly():
 
 
 def _run_config(**fields):
-    from llamadecide.calibration.config import RunConfig
-
-    return RunConfig(out_dir=Path("unused"), **fields)
+    return fake_run_config(Path("unused"), **fields)
 
 
 def test_held_out_items_are_a_uniform_share_of_those_of_known_chance_and_never_picked_ones():
     from llamadecide.calibration.steps import hold_out
 
     draws = [(Draw(1.0, "file"),)] * 60 + [(Draw(None, "served:t:v1"),)] * 40 + [(Draw(0.02, "served:t:v1"),)] * 100
-    held = np.array([hold_out(draws, _run_config(seed=seed, target_precision=0.9)) for seed in range(400)])
+    held = np.array([hold_out(draws, _run_config(seed=seed, target_precision=0.9)).held for seed in range(400)])
     assert (held.sum(1) == 80).all()  # half of the 160 of known chance, every time
     assert not held[:, 60:100].any()  # an item picked by hand only trains
     # Each item of known chance is held out with the same chance, whatever its own.
     assert np.abs(held[:, :60].mean(0) - 0.5).max() < 0.1 and np.abs(held[:, 100:].mean(0) - 0.5).max() < 0.1
-    assert not hold_out(draws, _run_config(certify_share=0.0, target_precision=0.9)).any()
+    assert not hold_out(draws, _run_config(certify_share=0.0, target_precision=0.9)).held.any()
+
+
+def test_a_tilted_hold_out_holds_out_the_items_the_drawing_model_was_surest_of_more_each_with_its_chance():
+    from llamadecide.calibration.steps import hold_out
+
+    recorded = np.linspace(0.0, 1.0, 200)
+    draws = (
+        [(Draw(0.1, "round1", c),) for c in recorded]
+        + [(Draw(1.0, "file"),)] * 50  # no confidence recorded: the share
+        + [(Draw(None, "picked", 0.9),)] * 30  # picked by hand: never
+    )
+    splits = [hold_out(draws, _run_config(seed=seed, target_precision=0.9, certify_tilt=0.6)) for seed in range(400)]
+    chance = splits[0].chance
+    # By rank: from 0.5 - 0.6 * 0.5 for the least sure to 0.5 + 0.6 * 0.5 for the surest, 0.5 on average.
+    assert chance[0] == pytest.approx(0.2, abs=0.01) and chance[199] == pytest.approx(0.8, abs=0.01)
+    assert np.all(np.diff(chance[:200]) > 0) and chance[:200].mean() == pytest.approx(0.5)
+    assert (chance[200:250] == 0.5).all() and (chance[250:] == 0).all()
+    held = np.array([split.held for split in splits])
+    assert np.abs(held.mean(0)[:250] - chance[:250]).max() < 0.1  # 400 draws: 4 standard errors
+    assert not held[:, 250:].any()
+    # A held-out item certifies with its chance of being labelled times that of being held out.
+    first = splits[0]
+    expected = [draws[i][0].chance * chance[i] for i in np.flatnonzero(first.held)]
+    assert [d[0].chance for d in first.draws(draws)] == pytest.approx(expected)
+
+
+def test_a_tilted_hold_out_weighted_by_its_chances_estimates_the_pools_precision():
+    """Items a model was sure of are more often right and, tilted, more often held out: counted
+    plainly the held-out items read optimistic; weighted by the inverse of their chances they
+    estimate the precision of the whole pool."""
+    from llamadecide.calibration.steps import hold_out
+
+    rng = np.random.default_rng(0)
+    recorded = rng.uniform(size=600)
+    correct = rng.uniform(size=600) < 0.5 + 0.5 * recorded
+    draws = [(Draw(1.0, "file", c),) for c in recorded]
+    plain, weighted = [], []
+    for seed in range(300):
+        split = hold_out(draws, _run_config(seed=seed, target_precision=0.9, certify_tilt=0.9))
+        weights, right = certification_weights(split.draws(draws)), correct[split.held]
+        plain.append(right.mean() - correct.mean())
+        weighted.append((weights * right).sum() / weights.sum() - correct.mean())
+    assert np.mean(plain) > 0.04  # about 0.07 by the chances' design
+    assert abs(np.mean(weighted)) < 0.01
 
 
 def test_too_few_items_to_hold_out_fit_every_label_and_certify_nothing():
@@ -156,7 +199,7 @@ def test_too_few_items_to_hold_out_fit_every_label_and_certify_nothing():
     from llamadecide.calibration.steps import Evidence, certify, hold_out
 
     draws = [(Draw(1.0, "file"),)] * 160
-    assert not hold_out(draws, _run_config(target_precision=0.95)).any()
+    assert not hold_out(draws, _run_config(target_precision=0.95)).held.any()
     P = np.full((160, 2), 0.01)
     P[:, 0] = 0.99  # every item sure and right: out of fold, this would certify
     out_of_fold = Evidence(np.arange(160), P, np.zeros(160, int), np.ones(160), "out of fold")
@@ -167,36 +210,20 @@ def test_too_few_items_to_hold_out_fit_every_label_and_certify_nothing():
 def test_a_threshold_is_certified_on_the_served_models_probabilities_for_items_it_never_fitted(tmp_path):
     """The evidence a threshold is certified on: the held-out items, none of them fitted, with the
     fitted (served) calibrator's own probabilities for them, not out-of-fold ones."""
-    from llamadecide.calibration.config import RunConfig
-    from llamadecide.calibration.data import LabelledItem, Task
+    from llamadecide.calibration.data import LabelledItem
     from llamadecide.calibration.selection import apply_variant
-    from llamadecide.calibration.steps import choose_method, evidence, fit_method, hold_out, score_items
-    from test_subsampled_answers import OPTIONS, SubsampleBackend
+    from llamadecide.calibration.steps import fit_and_certify, score_items
 
-    task = Task("compass", "choice", "Which way?", OPTIONS, [None] * 4, {o: o for o in OPTIONS})
+    task = compass_task()
     items = [LabelledItem(str(i), f"item {i}", OPTIONS[i % 4], (Draw(1.0, "file"),)) for i in range(200)]
     truth = {it.text: i % 4 for i, it in enumerate(items)}
-    config = RunConfig(
-        out_dir=tmp_path,
-        calibration_size=200,
-        test_size=0,
-        show_progress=False,
-        head=False,
-        lexical=False,
-        prompt_formats=("llamadecide-1",),
-        shots_per_class=(),
-        row_budget=0,
-        target_precision=0.9,  # 100 held out: enough to be tested at 0.9 (58), not at 0.95 (118)
-    )
+    # 100 held out: enough to be tested at 0.9 (58), not at 0.95 (118)
+    config = fake_run_config(tmp_path, calibration_size=200, test_size=0, target_precision=0.9)
     y = np.arange(200) % 4
     idx = np.arange(200)
     scored, _ = score_items(SubsampleBackend(truth, informative=True), task, items, (idx, idx[:0]), y, config)
-    draws = [it.draws for it in items]
-    held = hold_out(draws, config)
-    choice = choose_method(scored, idx[~held], y, config)
-    data = scored[choice.variant]
-    fit = fit_method(data, choice.candidate, idx[~held], y, config, with_out_of_fold=False)
-    found = evidence(data, fit, y, idx[held], [d for d, h in zip(draws, held) if h], [draws[i] for i in fit.fit_on])
+    steps = fit_and_certify(scored, idx, [it.draws for it in items], y, config)
+    data, fit, found = steps.data, steps.fit, steps.found
     assert found.part == "held out" and len(found.items) == 100
     assert not np.isin(found.items, fit.fit_on).any()
     np.testing.assert_allclose(found.P, apply_variant(fit.calibrator, data, found.items))

@@ -10,17 +10,16 @@ import numpy as np
 from typer.testing import CliRunner
 
 from conftest import DATA
+from fake_backend import OPTIONS, SubsampleBackend, compass_task, fake_run_config
 from llamadecide.calibration.certification import Draw
-from llamadecide.calibration.config import RunConfig
-from llamadecide.calibration.data import LabelledItem, Task, read_labelled
+from llamadecide.calibration.data import LabelledItem, read_labelled
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.calibration.run import run_calibration
 from llamadecide.cli.main import app
 from llamadecide.labels.records import Label, ReviewItem
 from llamadecide.labels.sqlite_store import SqliteLabelStore
-from test_subsampled_answers import OPTIONS, SubsampleBackend
 
-TASK = Task("compass", "choice", "Which way?", OPTIONS, [None] * 4, {o: o for o in OPTIONS})
+TASK = compass_task()
 
 
 def _items(draw_of_wrong: Draw) -> list[LabelledItem]:
@@ -34,18 +33,7 @@ def _items(draw_of_wrong: Draw) -> list[LabelledItem]:
 def _run(tmp_path, items: list[LabelledItem], name: str):
     truth = {it.text: int(it.text.split()[-1]) % 4 for it in items}
     backend = SubsampleBackend(truth, informative=True)
-    config = RunConfig(
-        out_dir=tmp_path / name,
-        calibration_size=len(items),
-        test_size=0,
-        show_progress=False,
-        prompt_formats=("llamadecide-1",),
-        shots_per_class=(),
-        lexical=False,
-        head=False,
-        row_budget=0,
-        target_precision=0.9,
-    )
+    config = fake_run_config(tmp_path / name, calibration_size=len(items), test_size=0, target_precision=0.9)
     return run_calibration(backend, TASK, items, config).summary
 
 

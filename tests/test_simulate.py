@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from conftest import DATA
 from llamadecide.cli.main import app
 from llamadecide.labels.orders import SHARES
+from llamadecide.labels.sqlite_store import SqliteLabelStore
 
 COMMON = ["--task", "agnews", "--text-column", "0", "--label-column", "1", "--target-precision", "0.5"]
 
@@ -68,6 +69,14 @@ def test_labelling_orders_are_compared_label_for_label_over_seeds(slice_file, tm
     random_labels = [p["labels"] for p in found["orders"]["random"]["replays"][0]["points"]]
     assert random_labels == [20, 30, 40]  # rounds of 10 in a seeded order, a point every 10
     assert found["labels_for_that_accuracy"]["random"] <= 40
+    # Each label after the start records what the model drawing it made of the item, in either order
+    # (what a tilted hold-out reads); the start labels read no model.
+    for order in ("active", "random"):
+        store = SqliteLabelStore(tmp_path / f"labels-{order}-seed0.sqlite")
+        records = store.labelled()
+        store.close()
+        assert {r.item.confidence for r in records if r.item.frame == "start"} == {0.0}
+        assert len({r.item.confidence for r in records if r.item.frame != "start"}) > 1
 
 
 def test_the_plot_of_many_seeds_without_a_baseline_draws_no_empty_legend(tmp_path):

@@ -3,80 +3,29 @@ candidate reading them is behind, and the test part's wait for a chosen candidat
 The backend is a fake whose answers and hidden states are as informative as each test needs (the
 run's logic is under test here; tests/test_calibration_e2e.py runs the same path on the real model)."""
 
-import numpy as np
-
-from llamadecide.calibration.backends import ItemScores
+from fake_backend import OPTIONS, SubsampleBackend, compass_task, fake_run_config
 from llamadecide.calibration.config import RunConfig
-from llamadecide.calibration.data import LabelledItem, Task
+from llamadecide.calibration.data import LabelledItem
 from llamadecide.calibration.profile import CalibrationProfile
 from llamadecide.calibration.run import calibrate
 from llamadecide.calibration.steps import split
 from llamadecide.calibration.variant_scoring import RACE_START
 
-OPTIONS = ["north", "south", "east", "west"]
-DIMS, SIGNAL = 32, 1.5  # a hidden state: the label in 4 of 32 noisy dimensions (learnt from many items, not 32)
-
-
-class SubsampleBackend:
-    """Hidden states that carry the label; answers that carry it (`informative`) or are noise. Costs
-    make answers dear, so a tight row budget scores them on a subsample."""
-
-    description = "subsample fake"
-    supports_hidden = True
-    supports_demonstrations = True
-
-    def __init__(self, labels: dict[str, int], *, informative: bool) -> None:
-        self.labels = labels
-        self.informative = informative
-        self.answered: list[str] = []  # every text whose answers were scored
-        self.dear_without_demonstrations = False
-
-    def identity(self) -> str:
-        return f"subsample-fake-{self.informative}"
-
-    def head_layer(self, depth):
-        return None
-
-    def cost(self, text, question, rule=None) -> tuple[float, float]:
-        if self.dear_without_demonstrations and not (rule and rule.demonstrations):
-            return 4000.0, 3000.0  # left out by the budget
-        return 400.0, 30.0
-
-    def _scores(self, text: str, answers: bool, hidden: bool) -> ItemScores:
-        rng = np.random.default_rng(int(text.split()[-1]))
-        y = self.labels[text]
-        state = np.eye(DIMS)[y] * SIGNAL + rng.normal(size=DIMS) if hidden else None
-        if not answers:
-            return ItemScores([], None, state)
-        logits = rng.normal(size=len(OPTIONS)) + (4.0 * np.eye(len(OPTIONS))[y] if self.informative else 0.0)
-        self.answered.append(text)
-        return ItemScores(list(logits - np.logaddexp.reduce(logits)), [1] * len(OPTIONS), state)
-
-    def score_many(self, texts, question, rule=None, *, answers=True, hidden=False, **options):
-        return [self._scores(t, answers, hidden) for t in texts]
-
-    def score(self, text, question, rule=None, *, hidden=False, **options):
-        return self._scores(text, True, hidden)
-
-    def content_free(self, question, rule=None):
-        return np.full((3, len(OPTIONS)), -np.log(len(OPTIONS))), None
-
 
 def _run(
     tmp_path, informative: bool, prompt_formats: tuple[str, ...] = ("llamadecide-3",), shots: tuple[int, ...] = ()
 ) -> tuple[SubsampleBackend, dict, list[LabelledItem], RunConfig]:
-    task = Task("compass", "choice", "Which way?", OPTIONS, [None] * 4, {o: o for o in OPTIONS})
+    task = compass_task()
     items = [LabelledItem(id=str(i), text=f"item {i}", label=OPTIONS[i % 4]) for i in range(300)]
     backend = SubsampleBackend({it.text: OPTIONS.index(it.label) for it in items}, informative=informative)
     backend.dear_without_demonstrations = bool(shots)
-    config = RunConfig(
-        out_dir=tmp_path,
+    config = fake_run_config(
+        tmp_path,
         calibration_size=200,
         test_size=100,
-        show_progress=False,
+        head=True,
         prompt_formats=prompt_formats,
         shots_per_class=shots,
-        lexical=False,
         row_budget=50_000,
         min_answered=150,
     )

@@ -28,6 +28,9 @@ class Draw:
 
     chance: float | None  # its probability of having been labelled; None: not drawn at random
     frame: str = "file"  # the design it was drawn under
+    # The drawing model's confidence in its answer for the item, where recorded: known before the
+    # label, so a design may depend on it (`steps.hold_out` holds out the sure items to certify).
+    confidence: float | None = None
 
     @property
     def certifies(self) -> bool:
@@ -44,6 +47,16 @@ def _draws(item: Draws) -> tuple[Draw, ...]:
 def of_known_chance(item: Draws) -> bool:
     """Whether an item was drawn at least once with a known chance (and so may certify)."""
     return any(draw.certifies for draw in _draws(item))
+
+
+def drawn_confidence(item: Draws) -> float | None:
+    """The confidence recorded with the item's first certifying draw (None: none recorded)."""
+    return next((d.confidence for d in _draws(item) if d.certifies and d.confidence is not None), None)
+
+
+def held_out(item: Draws, chance: float) -> tuple[Draw, ...]:
+    """An item's draws once it was also held out with `chance`: each certifying draw's chance times it."""
+    return tuple(Draw(d.chance * chance, d.frame, d.confidence) if d.certifies else d for d in _draws(item))
 
 
 def _frames(items: Sequence[Draws]) -> dict[str, list[tuple[int, float]]]:

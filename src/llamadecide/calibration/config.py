@@ -41,6 +41,14 @@ class RunConfig:
         min=0.0,
         max=0.9,
     )
+    certify_tilt: float = option(
+        0.0,
+        "How far each item's chance of being held out to certify leans toward the items the model that drew "
+        "them was surest of, as a share of the furthest it can lean (0: every item the same chance; items "
+        "with no recorded confidence keep the share): the sure items certify, the unsure ones teach",
+        min=0.0,
+        max=0.9,
+    )
     conformal_alpha: float = option(0.1, "Miscoverage of conformal sets", min=0.0, max=1.0)
     compare_modes: bool = option(False, "Also score in the other mode (text vs labels) and keep the better")
     rotations: int = option(

@@ -29,12 +29,7 @@ from llamadecide.calibration.steps import (
     Evidence,
     Fit,
     Measured,
-    certify,
-    choose_method,
-    evidence,
-    fit_method,
-    held_out_counts,
-    hold_out,
+    fit_and_certify,
     measure,
     score_items,
     split,
@@ -89,27 +84,21 @@ def run_calibration(
     scored, scoring = score_items(backend, task, items, parts, y, config)
     cal_idx, test_idx = np.setdiff1d(parts[0], demonstration_items(scored)), parts[1]
     draws = [items[i].draws for i in cal_idx]
-    held = hold_out(draws, config)
-    train_idx = cal_idx[~held]
-    choice = choose_method(scored, train_idx, y, config)
-    if scored[choice.variant].answered is not None and choice.candidate.reads_answers:  # the test part's waited
-        scored, more = score_items(backend, task, items, parts, y, config, deferred=False)
+
+    def rescore(choice: Choice) -> dict:
+        """The test part's answers, where scoring waited on a choice that reads them."""
+        if scored[choice.variant].answered is None or not choice.candidate.reads_answers:
+            return scored
+        rescored, more = score_items(backend, task, items, parts, y, config, deferred=False)
         scoring.update(seconds=scoring["seconds"] + more["seconds"], plan=more["plan"])
-    # Out-of-fold probabilities certify where nothing is held out, and compare a refit with its parent.
-    needs_out_of_fold = not held.any() or lineage is not None
-    fit = fit_method(scored[choice.variant], choice.candidate, train_idx, y, config, with_out_of_fold=needs_out_of_fold)
-    found = evidence(
-        scored[choice.variant],
-        fit,
-        y,
-        cal_idx[held],
-        [d for d, h in zip(draws, held) if h],
-        [items[i].draws for i in fit.fit_on],
-    )
-    certified = certify(found, config)
+        return rescored
+
+    # Out-of-fold probabilities compare a refit with its parent.
+    steps = fit_and_certify(scored, cal_idx, draws, y, config, rescore=rescore, out_of_fold=lineage is not None)
+    scored, choice, fit, found, certified = steps.scored, steps.choice, steps.fit, steps.found, steps.certified
     measured = measure(scored, choice, fit, found, (cal_idx, test_idx), y, certified, config.conformal_alpha)
     summary = summarise(backend, task, config, scored, choice, fit, certified, measured, (cal_idx, test_idx), y)
-    summary["certification"] = held_out_counts(draws, held)
+    summary["certification"] = steps.counts
     summary["split"]["items"] = len(items)  # with the sizes as split, `split` gives the parts back
     summary["split"]["as_split"] = {"calibration": int(len(parts[0])), "test": int(len(parts[1]))}
     profile = build_profile(summary, config, choice, fit, scored[choice.variant], certified.threshold, lineage)

@@ -1,17 +1,19 @@
 """The steps of a calibration run, each taking and returning values: split the items, score them
 (cached, resumable), hold a share of the items of known chance out to certify on, choose a method by
 cross-validation on the rest, fit it, certify a threshold on the held-out items with the fitted
-model's own probabilities, measure the test part. `run.run_calibration` calls them in order; the stream
-simulation (`labels.simulate`) calls the fitting and certifying ones on cached scores."""
+model's own probabilities, measure the test part. `run.run_calibration` calls them in order, the
+middle four as one (`fit_and_certify`), which the label replays (`labels.replay`) and the labelling
+session (`labels.labelling`) call on cached scores."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import rankdata
 
 from llamadecide.calibration.backends import Backend
 from llamadecide.calibration.cache import ScoreCache
@@ -19,6 +21,8 @@ from llamadecide.calibration.certification import (
     Draws,
     certification_counts,
     certification_weights,
+    drawn_confidence,
+    held_out,
     of_known_chance,
 )
 from llamadecide.calibration.config import RunConfig
@@ -101,30 +105,58 @@ def score_items(
 # -- holding out -------------------------------------------------------------------------------------
 
 
-def hold_out(draws: Sequence[Draws], config: RunConfig) -> np.ndarray:
-    """Which labelled items certify rather than choose and fit (a mask over `draws`): a simple random
-    sample of `certify_share` of the items of known chance, drawn by the run's seed. Each keeps a
-    known chance of having been labelled and held out (its own times the share, a constant the
-    frame's Hajek weights cancel), and the model certified on them never saw them, so the bound is
-    exact for the model served, which out-of-fold probabilities of other models fitted on other
-    labels are not. Items of unknown chance only train. Nothing is held out when the share is 0
-    (certified out of fold) or when fewer items than a threshold is tested with would be (then no
-    threshold could be certified on them: every label fits, and `certify` certifies none)."""
-    known = np.flatnonzero([of_known_chance(d) for d in draws])
+@dataclass
+class HoldOut:
+    """Which labelled items certify rather than choose and fit, and each one's chance of that."""
+
+    held: np.ndarray  # a mask over the items' draws
+    chance: np.ndarray  # each item's chance of being held out (0: it only trains)
+
+    def draws(self, draws: Sequence[Draws]) -> list[Draws]:
+        """The held-out items' draws, each chance times the chance of being held out: the chance
+        the item had of certifying."""
+        return [held_out(d, c) for d, c, h in zip(draws, self.chance, self.held) if h]
+
+
+def hold_out(draws: Sequence[Draws], config: RunConfig) -> HoldOut:
+    """Which labelled items certify rather than choose and fit: `certify_share` of the items of known
+    chance, drawn by the run's seed. Each keeps a known chance of having been labelled and held out
+    (its own times its chance of being held out), and the model certified on them never saw them, so
+    the bound is exact for the model served, which out-of-fold probabilities of other models fitted
+    on other labels are not. With every item the same chance, a simple random sample (the constant
+    chance cancels in each frame's Hajek weights); with `certify_tilt`, items the drawing model was
+    surer of (by the rank of their recorded confidence) are held out more and the unsure ones fit
+    more, each independently with its chance, which the weights then carry. Items of unknown chance
+    only train. Nothing is held out when the share is 0 (certified out of fold) or when fewer items
+    than a threshold is tested with would be (then no threshold could be certified on them: every
+    label fits, and `certify` certifies none)."""
+    known = np.array([of_known_chance(d) for d in draws], dtype=bool)
+    chance = np.where(known, config.certify_share, 0.0)
+    recorded = np.array([drawn_confidence(d) for d in draws], dtype=float)
+    ranked = known & ~np.isnan(recorded)
+    lean = config.certify_tilt * min(config.certify_share, 1.0 - config.certify_share)
+    tilted = lean > 0 and ranked.sum() >= 2 and np.ptp(recorded[ranked]) > 0
+    if tilted:
+        quantile = (rankdata(recorded[ranked]) - 0.5) / ranked.sum()
+        chance[ranked] = config.certify_share + lean * (2.0 * quantile - 1.0)
     held = np.zeros(len(draws), dtype=bool)
-    count = int(round(config.certify_share * len(known)))
+    count = int(round(chance.sum()))  # expected, where tilted
     if count >= fewest_tested(config.target_precision, config.confidence_level) and len(draws) - count >= 2:
-        held[np.random.default_rng(config.seed).choice(known, count, replace=False)] = True
-    return held
+        rng = np.random.default_rng(config.seed)
+        if tilted:
+            held = rng.random(len(draws)) < chance
+        else:
+            held[rng.choice(np.flatnonzero(known), count, replace=False)] = True
+    return HoldOut(held, chance)
 
 
-def held_out_counts(draws: Sequence[Draws], held: np.ndarray) -> dict:
+def held_out_counts(draws: Sequence[Draws], split: HoldOut) -> dict:
     """`certification.certification_counts` of the labelled items, with those held out certifying
     and the rest training only (with nothing held out, as drawn)."""
-    if not held.any():
+    if not split.held.any():
         return {**certification_counts(list(draws)), "held_out": 0}
-    counted = certification_counts([d for d, h in zip(draws, held) if h])
-    return {**counted, "train_only": int(len(draws) - counted["certify"]), "held_out": int(held.sum())}
+    counted = certification_counts(split.draws(draws))
+    return {**counted, "train_only": int(len(draws) - counted["certify"]), "held_out": int(split.held.sum())}
 
 
 # -- choosing and fitting ----------------------------------------------------------------------------
@@ -205,7 +237,8 @@ def evidence(
 ) -> Evidence:
     """The held-out items the fitted model reads, with its probabilities for them; with none held
     out, every fitted item's out-of-fold probabilities. `y` holds every item's label, `held_draws`
-    follow `held_idx`, `fit_draws` follow `fit.fit_on`."""
+    follow `held_idx` (with their chance of being held out: `HoldOut.draws`), `fit_draws` follow
+    `fit.fit_on`."""
     if not len(held_idx):
         if fit.P_oof is None:
             raise ValueError("nothing held out and no out-of-fold probabilities to certify on")
@@ -251,6 +284,54 @@ def certify(found: Evidence, config: RunConfig) -> Certified:
         confidence_level=config.confidence_level,
     )
     return Certified(threshold, supported, conformal_quantile(P, y, config.conformal_alpha))
+
+
+# -- the steps together -----------------------------------------------------------------------------
+
+
+@dataclass
+class Calibrated:
+    """What the steps from labelled items to a certified threshold give."""
+
+    scored: dict[Variant, VariantScores]  # as the choice left them (`rescore`)
+    split: HoldOut
+    choice: Choice
+    fit: Fit
+    found: Evidence
+    certified: Certified
+    counts: dict  # `held_out_counts`
+
+    @property
+    def data(self) -> VariantScores:
+        return self.scored[self.choice.variant]
+
+
+def fit_and_certify(
+    scored: dict[Variant, VariantScores],
+    idx: np.ndarray,
+    draws: Sequence[Draws],
+    y: np.ndarray,
+    config: RunConfig,
+    *,
+    rescore: Callable[[Choice], dict[Variant, VariantScores]] | None = None,
+    out_of_fold: bool = False,
+) -> Calibrated:
+    """Hold out, choose on the rest, fit, certify on the held-out items. `draws` follow `idx` (the
+    labelled items, demonstrations excluded); `y` holds every item's label. `rescore`: the scores
+    again once the choice is known (calibrate scores the test part's answers only for a candidate
+    that reads them). `out_of_fold`: out-of-fold probabilities even where items are held out (a
+    refit compares itself with its parent on them)."""
+    split = hold_out(draws, config)
+    train = idx[~split.held]
+    choice = choose_method(scored, train, y, config)
+    if rescore is not None:
+        scored = rescore(choice)
+    data = scored[choice.variant]
+    fit = fit_method(data, choice.candidate, train, y, config, with_out_of_fold=out_of_fold or not split.held.any())
+    position = {int(i): n for n, i in enumerate(idx)}
+    found = evidence(data, fit, y, idx[split.held], split.draws(draws), [draws[position[int(i)]] for i in fit.fit_on])
+    certified = certify(found, config)
+    return Calibrated(scored, split, choice, fit, found, certified, held_out_counts(draws, split))
 
 
 # -- measuring ---------------------------------------------------------------------------------------

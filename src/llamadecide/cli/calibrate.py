@@ -23,14 +23,14 @@ TextColumnOption = Annotated[
     str, typer.Option("--text-column", help="Column (name, or index for headerless files) holding the text")
 ]
 LabelColumnOption = Annotated[str, typer.Option("--label-column", help="Column holding the gold label")]
-# The RunConfig fields a calibration run takes as flags (plan takes the split and guarantee of them).
+# The RunConfig fields of a labelled file's split, and of what a threshold guarantees and is
+# certified on: every command that certifies takes the second, those that split a file the first.
+SPLIT_FLAGS = ("calibration_size", "test_size", "seed")
+GUARANTEE_FLAGS = ("target_precision", "confidence_level", "certify_share", "certify_tilt")
+# The RunConfig fields a calibration run takes as flags.
 RUN_FLAGS = (
-    "calibration_size",
-    "test_size",
-    "seed",
-    "target_precision",
-    "confidence_level",
-    "certify_share",
+    *SPLIT_FLAGS,
+    *GUARANTEE_FLAGS,
     "conformal_alpha",
     "compare_modes",
     "rotations",

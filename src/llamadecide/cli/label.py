@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from llamadecide.calibration.config import RunConfig
-from llamadecide.cli.calibrate import TaskOption, TextColumnOption
+from llamadecide.cli.calibrate import GUARANTEE_FLAGS, TaskOption, TextColumnOption
 from llamadecide.cli.common import fail
 from llamadecide.cli.flags import SCORING_SETTINGS, config_flags, settings_flags
 from llamadecide.errors import LlamaDecideError
@@ -19,9 +19,7 @@ from llamadecide.settings import Settings
 @config_flags(
     RunConfig,
     "seed",
-    "target_precision",
-    "confidence_level",
-    "certify_share",
+    *GUARANTEE_FLAGS,
     "head",
     "lexical",
     "head_depth",

@@ -8,7 +8,14 @@ from typing import Annotated, Optional
 import typer
 
 from llamadecide.calibration.config import RunConfig
-from llamadecide.cli.calibrate import LabelColumnOption, LabelledFileArgument, TaskOption, TextColumnOption
+from llamadecide.cli.calibrate import (
+    GUARANTEE_FLAGS,
+    SPLIT_FLAGS,
+    LabelColumnOption,
+    LabelledFileArgument,
+    TaskOption,
+    TextColumnOption,
+)
 from llamadecide.cli.common import fail, wide_console
 from llamadecide.cli.flags import SCORING_SETTINGS, config_flags, given_settings, settings_flags
 from llamadecide.settings import Settings
@@ -17,16 +24,7 @@ from llamadecide.settings import Settings
 PLAN_ENGINE_SETTINGS = tuple(name for name in SCORING_SETTINGS if name != "model")
 
 
-@config_flags(
-    RunConfig,
-    "calibration_size",
-    "test_size",
-    "seed",
-    "target_precision",
-    "confidence_level",
-    "certify_share",
-    "row_budget",
-)
+@config_flags(RunConfig, *SPLIT_FLAGS, *GUARANTEE_FLAGS, "row_budget")
 @settings_flags(*PLAN_ENGINE_SETTINGS)
 def plan_command(
     data: LabelledFileArgument,

@@ -8,7 +8,13 @@ from typing import Annotated
 import typer
 
 from llamadecide.calibration.config import RunConfig
-from llamadecide.cli.calibrate import LabelColumnOption, LabelledFileArgument, TaskOption, TextColumnOption
+from llamadecide.cli.calibrate import (
+    GUARANTEE_FLAGS,
+    LabelColumnOption,
+    LabelledFileArgument,
+    TaskOption,
+    TextColumnOption,
+)
 from llamadecide.cli.common import fail
 from llamadecide.cli.flags import SCORING_SETTINGS, config_flags, settings_flags
 from llamadecide.errors import LlamaDecideError
@@ -36,9 +42,7 @@ from llamadecide.settings import Settings
 @config_flags(
     RunConfig,
     "seed",
-    "target_precision",
-    "confidence_level",
-    "certify_share",
+    *GUARANTEE_FLAGS,
     "prior_correction",
     "head",
     "lexical",

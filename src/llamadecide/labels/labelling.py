@@ -22,7 +22,7 @@ import numpy as np
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.selection import apply_variant
-from llamadecide.calibration.steps import certify, choose_method, evidence, fit_method, held_out_counts, hold_out
+from llamadecide.calibration.steps import fit_and_certify
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.decisions.maths import confidence
 from llamadecide.labels.active import DrawRule, draw, gain, inclusion
@@ -171,17 +171,12 @@ class LabellingSession:
         draws = {i: item.draws for i, item in kept}
         idx = np.setdiff1d(idx, demonstration_items(self.scored))
         drawn = [draws[int(i)] for i in idx]
-        held = hold_out(drawn, self.config.run)
-        choice = choose_method(self.scored, idx[~held], y, self.config.run)
-        data = self.scored[choice.variant]
-        fit = fit_method(data, choice.candidate, idx[~held], y, self.config.run, with_out_of_fold=not held.any())
-        held_draws = [d for d, h in zip(drawn, held) if h]
-        found = evidence(data, fit, y, idx[held], held_draws, [draws[int(i)] for i in fit.fit_on])
-        certified = certify(found, self.config.run)
+        steps = fit_and_certify(self.scored, idx, drawn, y, self.config.run)
+        choice, fit, certified, data = steps.choice, steps.fit, steps.certified, steps.data
         P_pool = apply_variant(fit.calibrator, data, np.arange(len(self.pool)))
         threshold = certified.threshold.threshold if certified.threshold else None
         share = float((confidence(P_pool) >= threshold).mean()) if threshold is not None else 0.0
-        counts = held_out_counts(drawn, held)
+        counts = steps.counts
         figures = {
             "labels": int(len(kept)),
             "certifying": counts["certify"],

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from llamadecide.calibration.certification import Draw
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.variants import Variant, VariantScores
+from llamadecide.decisions.maths import confidence
 from llamadecide.labels.active import DrawRule, draw, gain, inclusion
 from llamadecide.labels.records import Label, ReviewItem, state_sha256
+from llamadecide.labels.refit import record_draws
 from llamadecide.labels.replay import honesty, refit, split
 from llamadecide.labels.sqlite_store import SqliteLabelStore
 
@@ -48,7 +49,7 @@ def label_in_order(
         while True:
             labelled = store.labelled()
             idx = np.array([index[r.item.id] for r in labelled])
-            draws = [tuple(Draw(c, f) for f, c in r.draws) for r in labelled]
+            draws = [record_draws(r) for r in labelled]
             if len(idx) >= next_point or len(idx) >= config.max_labels or not queue:
                 served, point = refit(scored, idx, draws, y, parts.test, config.run)
                 points.append({"order": order, "seed": seed, **point})
@@ -57,12 +58,14 @@ def label_in_order(
             if len(idx) >= config.max_labels or not queue:
                 return points
             round_ += 1
-            if order == "random":
-                taken, queue = queue[: config.round_size], queue[config.round_size :]
-                _label(store, task, items, y, np.array(taken), [1.0] * len(taken), "random")
-                continue
             quick = model.refitted(idx) if model is not None else None  # the current model, on every label
             P = quick.probabilities(pool) if quick is not None else None
+            row = {int(i): n for n, i in enumerate(pool)}
+            if order == "random":  # what the model makes of them is recorded, as a labelling session does
+                taken, queue = queue[: config.round_size], queue[config.round_size :]
+                drawn_with = P[[row[i] for i in taken]] if P is not None else None
+                _label(store, task, items, y, np.array(taken), [1.0] * len(taken), "random", drawn_with)
+                continue
             counts = np.bincount(y[idx], minlength=len(task.options))
             held = np.isin(pool, idx)
             chances = inclusion(gain(P, counts, rule) if P is not None else np.zeros(0), held, rule)
@@ -72,7 +75,8 @@ def label_in_order(
             fresh = [int(i) for i in picked if i not in known]
             again = [int(i) for i in picked if i in known]
             frame = f"round{round_}"
-            _label(store, task, items, y, np.array(fresh, dtype=int), [chance_of[i] for i in fresh], frame)
+            drawn_with = P[[row[i] for i in fresh]] if P is not None else None
+            _label(store, task, items, y, np.array(fresh, dtype=int), [chance_of[i] for i in fresh], frame, drawn_with)
             store.add_draws([(items[i].id, "0", frame, chance_of[i]) for i in again])
             taken = set(fresh)
             queue = [i for i in queue if i not in taken]
@@ -86,8 +90,13 @@ def _fresh_store(path: Path) -> SqliteLabelStore:
     return SqliteLabelStore(path)
 
 
-def _label(store, task: Task, items, y, indices: np.ndarray, chances: list[float], frame: str) -> None:
-    """Items drawn with these chances, queued and labelled by the person (the file's labels)."""
+def _label(
+    store, task: Task, items, y, indices: np.ndarray, chances: list[float], frame: str, P: np.ndarray | None = None
+) -> None:
+    """Items drawn with these chances, queued and labelled by the person (the file's labels); `P`: the
+    drawing model's probabilities for them (none: uniform, a draw that read no model)."""
+    k = len(task.options)
+    P = np.full((len(indices), k), 1.0 / k) if P is None else P
     records = [
         ReviewItem(
             id=items[i].id,
@@ -95,8 +104,8 @@ def _label(store, task: Task, items, y, indices: np.ndarray, chances: list[float
             kind=task.type,
             instructions=task.instructions,
             options=tuple(task.options),
-            probabilities=tuple([1.0 / len(task.options)] * len(task.options)),
-            confidence=0.0,
+            probabilities=tuple(float(p) for p in probabilities),
+            confidence=float(confidence(probabilities)),
             input_sha256=state_sha256(items[i].text),
             origin="drawn",
             created=time.time(),
@@ -106,7 +115,7 @@ def _label(store, task: Task, items, y, indices: np.ndarray, chances: list[float
             input=items[i].text,
             task=task.name,
         )
-        for i, chance in zip(indices, chances)
+        for i, chance, probabilities in zip(indices, chances, P)
     ]
     store.record(records)
     store.add_labels([Label(items[i].id, "0", task.options[y[i]], "simulation") for i in indices])

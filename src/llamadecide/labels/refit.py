@@ -37,6 +37,13 @@ def answers_task(record: LabelledRecord, task: Task) -> bool:
     return record.item.kind == task.type and list(record.item.options) == list(task.options)
 
 
+def record_draws(record: LabelledRecord) -> tuple[Draw, ...]:
+    """How a stored item came to be labelled: every draw of known chance that took it, with the
+    confidence the model that queued it had (none: picked by hand, in the frame it was recorded in)."""
+    drawn = tuple(Draw(chance, frame, record.item.confidence) for frame, chance in record.draws)
+    return drawn or (Draw(None, record.item.frame),)
+
+
 def store_labels(store: LabelStore, task: Task, *, profile: str | None = None) -> StoreLabels:
     """The labels of a task's items (those served with `profile`, when given; else every item asking
     the task's question). An item certifies with its recorded chance; one picked otherwise trains only."""
@@ -47,7 +54,7 @@ def store_labels(store: LabelStore, task: Task, *, profile: str | None = None) -
             item_id(r),
             r.item.input,
             _data_label(r.label),
-            tuple(Draw(chance, frame) for frame, chance in r.draws) or (Draw(None, r.item.frame),),
+            record_draws(r),
         )
         for r in usable
     ]

@@ -16,7 +16,7 @@ from llamadecide.calibration.cache import ScoreCache
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.selection import apply_variant, fit_variant
-from llamadecide.calibration.steps import certify, choose_method, evidence, fit_method, held_out_counts, hold_out
+from llamadecide.calibration.steps import fit_and_certify
 from llamadecide.calibration.variant_scoring import score_variants
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.decisions.maths import confidence
@@ -82,23 +82,16 @@ def refit(
     also how it answers an item (its probabilities and the action its threshold gives)."""
     order = np.argsort(idx)
     idx, draws = idx[order], [draws[i] for i in order]
-    held = np.setdiff1d(idx, demonstration_items(scored))
-    keep = np.isin(idx, held)
+    keep = ~np.isin(idx, demonstration_items(scored))
     idx, draws = idx[keep], [d for d, k in zip(draws, keep) if k]
-    held = hold_out(draws, run)
-    choice = choose_method(scored, idx[~held], y, run)
-    data = scored[choice.variant]
-    fit = fit_method(data, choice.candidate, idx[~held], y, run, with_out_of_fold=not held.any())
-    position = {int(i): n for n, i in enumerate(idx)}
-    fit_draws = [draws[position[int(i)]] for i in fit.fit_on]
-    held_draws = [d for d, h in zip(draws, held) if h]
-    certified = certify(evidence(data, fit, y, idx[held], held_draws, fit_draws), run)
+    steps = fit_and_certify(scored, idx, draws, y, run)
+    choice, fit, certified, data = steps.choice, steps.fit, steps.certified, steps.data
     threshold = certified.threshold.threshold if certified.threshold else None
     P_test = apply_variant(fit.calibrator, data, test)
     conf_test = confidence(P_test)
     auto = conf_test >= threshold if threshold is not None else np.zeros(len(test), bool)
     correct = P_test.argmax(1) == y[test]
-    counts = held_out_counts(draws, held)
+    counts = steps.counts
     point = {
         "labels": int(len(idx)),
         "certify": counts["certify"],

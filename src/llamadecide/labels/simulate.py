@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from llamadecide.calibration.backends import Backend
+from llamadecide.calibration.certification import Draw
 from llamadecide.calibration.config import RunConfig, option
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.thresholds import weighted_lower_bound
@@ -28,6 +29,7 @@ from llamadecide.decisions.maths import confidence
 from llamadecide.labels.orders import compare_orders, plot_orders
 from llamadecide.labels.queue import draw_for_review, served_frame
 from llamadecide.labels.records import Label, ReviewItem, state_sha256
+from llamadecide.labels.refit import record_draws
 from llamadecide.labels.replay import Split, honesty, refit, score_pool, split, universe
 from llamadecide.labels.sqlite_store import SqliteLabelStore
 
@@ -130,7 +132,7 @@ def replay(
             version += 1
             labelled = store.labelled()
             idx = np.array([index[r.item.id] for r in labelled])
-            draws = [_draw(r) for r in labelled]
+            draws = [record_draws(r) for r in labelled]
             refitted, point = refit(scored, idx, draws, y, parts.test, config.run)
             point.update(audit(store, f"v{serving[0]}", config) if serving else {})
             if serving is None or refitted.threshold is not None or serving[1].threshold is None:
@@ -175,16 +177,8 @@ def fit_baseline(
     if not config.baseline_labels or config.baseline_labels > len(pool):
         return None
     idx = np.sort(np.random.default_rng(config.run.seed).permutation(pool)[: config.baseline_labels])
-    from llamadecide.calibration.certification import Draw
-
     _, point = refit(scored, idx, [(Draw(1.0, "baseline"),)] * len(idx), y, parts.test, config.run)
     return point
-
-
-def _draw(record) -> tuple:
-    from llamadecide.calibration.certification import Draw
-
-    return tuple(Draw(chance, frame) for frame, chance in record.draws) or (Draw(None, record.item.frame),)
 
 
 def _serve(store, task: Task, item: LabelledItem, gold: int, answer, config, rng, version: str) -> int:
