@@ -152,6 +152,8 @@ def replay(
             while stream and given < config.refit_every:
                 i = int(stream.pop(0))
                 given += _serve(store, task, items[i], y[i], serving[1](i), config, rng, f"v{serving[0]}")
+            if not given:  # the stream ended with no new label: nothing to refit on
+                return points
     finally:
         store.close()
 
