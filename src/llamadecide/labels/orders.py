@@ -42,6 +42,7 @@ def label_in_order(
     queue = [int(i) for i in np.random.default_rng(seed).permutation(np.setdiff1d(pool, parts.start))]
     rule = DrawRule(size=config.round_size, floor=config.floor)
     index = {item.id: i for i, item in enumerate(items)}
+    row = {int(i): n for n, i in enumerate(pool)}  # an item's row in the pool's probabilities
     try:
         _label(store, task, items, y, parts.start, [len(parts.start) / len(pool)] * len(parts.start), "start")
         points, model, round_ = [], None, 0
@@ -60,7 +61,6 @@ def label_in_order(
             round_ += 1
             quick = model.refitted(idx) if model is not None else None  # the current model, on every label
             P = quick.probabilities(pool) if quick is not None else None
-            row = {int(i): n for n, i in enumerate(pool)}
             if order == "random":  # what the model makes of them is recorded, as a labelling session does
                 taken, queue = queue[: config.round_size], queue[config.round_size :]
                 drawn_with = P[[row[i] for i in taken]] if P is not None else None
