@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import API_KEY, DATA
-from llamadecide.calibration.backends import HTTPBackend, LocalBackend, SageMakerBackend
+from llamadecide.calibration.backends import HTTPBackend, LocalBackend, SageMakerBackend, wire_question
 from llamadecide.calibration.config import RunConfig, head_layer
 from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.profile import CalibrationProfile
@@ -235,6 +235,58 @@ def test_a_calibrate_output_folder_is_served_as_it_is(local_run):
         assert httpx.get(f"{server.url}/ping", timeout=10).status_code == 200
         answer = httpx.post(f"{server.url}/v1/decisions", json=body, timeout=60).json()["answers"][0]
         assert answer["calibrated"] is True and answer["profile"] == profile.name
+
+
+def test_a_cross_fitted_profile_serves_each_input_what_calibrate_measured_for_it(
+    local_run, slice_file, engine, tmp_path
+):
+    """`calibrate --cross-fit 2` writes a profile of two fold calibrations; the server answers each
+    test item from the fold its input routes to, with the probabilities calibrate measured for it."""
+    from llamadecide.bench.server_process import ServerProcess
+    from llamadecide.decisions.scoring import route
+
+    out, _ = local_run
+    crossed = tmp_path / "crossed"
+    crossed.mkdir()
+    shutil.copy(out / "cache.sqlite", crossed / "cache.sqlite")  # the same scores, not scored again
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(slice_file),
+            "--task",
+            "agnews",
+            "--text-column",
+            "0",
+            "--label-column",
+            "1",
+            "--calibration-size",
+            "20",
+            "--test-size",
+            "20",
+            "--target-precision",
+            "0.5",
+            "--cross-fit",
+            "2",
+            "--out",
+            str(crossed),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "cross-fitted: 2 calibrations served" in result.output
+    profile = CalibrationProfile.load(crossed / "profile.json")
+    assert len(profile.folds) == 1 and "cross-fitted (2 folds)" in profile.method_label
+    texts = {item.id: item.text for item in read_labelled(slice_file, text_column="0", label_column="1")}
+    measured = [json.loads(line) for line in (crossed / "predictions.jsonl").read_text().splitlines()]
+    assert len(measured) == 20 and {route(texts[row["id"]], 2) for row in measured} == {0, 1}
+    question = wire_question(load_task("agnews").question(profile.mode))  # as calibrate asked it
+    with ServerProcess("--profiles-dir", str(crossed)) as server:
+        for row in measured[:6]:
+            extension = {"profile": profile.name, "mode": profile.mode}
+            body = {"model": "m", "input": texts[row["id"]], "llamadecide": extension}
+            answer = httpx.post(f"{server.url}/v1/decisions", json={**body, "questions": [question]}, timeout=60)
+            served = [o["probability"] for o in answer.json()["answers"][0]["probabilities"]]
+            assert served == pytest.approx(row["probabilities"], abs=1e-4), row["id"]
 
 
 def test_scoring_plans_within_a_row_budget():

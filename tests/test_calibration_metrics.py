@@ -100,16 +100,10 @@ def test_length_normalisation_needs_lengths_and_cv_prefers_the_truth():
     assert min(cv, key=cv.get)[1] is True
 
 
-def test_every_fitted_method_gives_what_its_served_profile_gives():
-    """For every candidate calibrate may choose (zero-shot, temperature, bias, length normalisation,
-    prior correction, heads on log-likelihoods and hidden state or the hidden state alone, each with
-    and without the lexical expert): the probabilities calibrate measures (`Calibrator.apply`,
-    `HeadCalibrator.apply`) equal, to rounding, the ones the server gives from the profile it writes
-    (`CalibrationProfile.scoring()` through `answers.build_answer`)."""
-    from llamadecide.calibration.fitting import content_free_prior_for, fit_candidate
-    from llamadecide.calibration.profile import CalibrationProfile, method_fields
-    from llamadecide.decisions import choice
-    from llamadecide.decisions.answers import OptionTotals, build_answer
+def _served_methods_data():
+    """Labelled rows with everything a candidate may read: log-likelihoods, token counts, hidden
+    states, input texts and content-free rows."""
+    from llamadecide.calibration.variants import VariantScores
 
     rng = np.random.default_rng(5)
     n, k, width = 120, 3, 8
@@ -119,46 +113,98 @@ def test_every_fitted_method_gives_what_its_served_profile_gives():
     hidden = rng.normal(size=(n, width)) + np.eye(k, width)[y]
     texts = [f"ticket {i} about {['billing', 'login', 'pricing'][c]}" for i, c in enumerate(y)]
     content_free = (rng.normal(-3, 1, (2, k)), rng.integers(1, 6, (2, k)).astype(float))
+    return VariantScores(L, lengths, hidden, content_free, texts=texts, inputs=texts), y
+
+
+def _served(calibrator, candidate, data):
+    """Every row's probabilities as the server gives them from the profile written for `calibrator`
+    (`CalibrationProfile.scoring()` through `answers.build_answer`, each row's text its input)."""
+    from llamadecide.calibration.profile import CalibrationProfile, method_fields
+    from llamadecide.decisions import choice
+    from llamadecide.decisions.answers import OptionTotals, build_answer
+
     question = choice("Which team?", ["billing", "technical support", "sales"])
-    seen = set()
-    for candidate in candidates(True, has_prior=True, has_hidden=True, has_texts=True):
-        prior = content_free_prior_for(candidate, *content_free)
-        calibrator = fit_candidate(candidate, L, lengths, y, prior=prior, hidden=hidden, texts=texts)
-        fitted = calibrator.apply(L, lengths, hidden, texts)
-        profile = CalibrationProfile(
-            name="p",
-            created="",
-            model_sha256="0" * 64,
-            prompt_format="llamadecide-1",
-            task={"type": "choice", "instructions": "Which team?", "options": question_options(question)},
-            mode="text",
-            target_precision=0.9,
-            confidence_level=0.95,
-            dataset_fingerprint="",
-            metrics={},
-            **method_fields(calibrator, candidate),
-        )
-        rule = profile.scoring()
-        for i in range(n):
-            served = build_answer(
+    profile = CalibrationProfile(
+        name="p",
+        created="",
+        model_sha256="0" * 64,
+        prompt_format="llamadecide-1",
+        task={"type": "choice", "instructions": "Which team?", "options": question_options(question)},
+        mode="text",
+        target_precision=0.9,
+        confidence_level=0.95,
+        dataset_fingerprint="",
+        metrics={},
+        **method_fields(calibrator, candidate),
+    )
+    rule = CalibrationProfile.model_validate_json(profile.model_dump_json()).scoring()  # as saved and loaded
+    return np.array(
+        [
+            build_answer(
                 question,
-                OptionTotals(list(L[i]), list(lengths[i]), hidden[i]),
+                OptionTotals(list(data.L[i]), list(data.lengths[i]), data.hidden[i]),
                 rule,
                 prior=None if rule.prior is None else np.asarray(rule.prior),
-                state_text=texts[i],
+                state_text=data.texts[i],
             ).probabilities
-            assert served == pytest.approx(list(fitted[i]), abs=1e-12), candidate.label
-        seen.add(
-            (
-                candidate.kind,
-                candidate.length_normalize,
-                candidate.prior_correction,
-                candidate.lexical,
-                candidate.features,
-                candidate.fit,
-            )
-        )
+            for i in range(len(data.L))
+        ]
+    )
+
+
+def _kind(candidate) -> tuple:
+    return (
+        candidate.kind,
+        candidate.length_normalize,
+        candidate.prior_correction,
+        candidate.lexical,
+        candidate.features,
+        candidate.fit,
+    )
+
+
+def test_every_fitted_method_gives_what_its_served_profile_gives():
+    """For every candidate calibrate may choose (zero-shot, temperature, bias, length normalisation,
+    prior correction, heads on log-likelihoods and hidden state or the hidden state alone, each with
+    and without the lexical expert): the probabilities calibrate measures (`Calibrator.apply`,
+    `HeadCalibrator.apply`) equal, to rounding, the ones the server gives from the profile it writes
+    (`CalibrationProfile.scoring()` through `answers.build_answer`)."""
+    from llamadecide.calibration.selection import apply_variant, fit_variant
+
+    data, y = _served_methods_data()
+    every = np.arange(len(y))
+    seen = set()
+    for candidate in candidates(True, has_prior=True, has_hidden=True, has_texts=True):
+        calibrator = fit_variant(candidate, data, every, y)
+        fitted = apply_variant(calibrator, data, every)
+        np.testing.assert_allclose(_served(calibrator, candidate, data), fitted, atol=1e-12, err_msg=candidate.label)
+        seen.add(_kind(candidate))
     # 3 kinds x length norm x prior correction; heads: 2 feature sets x lexical, and class means x lexical
+    assert len(seen) == 18
+
+
+def test_every_cross_fitted_method_gives_each_input_what_its_served_profile_gives():
+    """Cross-fitted, for every candidate: each item's probabilities, out of fold (from the fold its
+    input routes to, fitted without that fold's items), are the ones the server gives for that
+    input from the profile written, and differ from the fold that did fit it."""
+    from llamadecide.calibration.selection import apply_variant, cross_fit, fit_variant
+
+    data, y = _served_methods_data()
+    every = np.arange(len(y))
+    routes = data.routes(every, 3)
+    assert set(routes) == {0, 1, 2}
+    seen = set()
+    for candidate in candidates(True, has_prior=True, has_hidden=True, has_texts=True):
+        folded = cross_fit(candidate, data, every, y, 3)
+        fitted = apply_variant(folded, data, every)
+        for k in range(3):
+            own = fit_variant(candidate, data, every[routes != k], y[routes != k])
+            np.testing.assert_allclose(fitted[routes == k], apply_variant(own, data, every[routes == k]), atol=1e-12)
+        np.testing.assert_allclose(_served(folded, candidate, data), fitted, atol=1e-12, err_msg=candidate.label)
+        if candidate.kind != "none":  # fitted parameters differ between folds
+            other = apply_variant(folded.folds[1], data, every[routes == 0])
+            assert np.abs(other - fitted[routes == 0]).max() > 1e-6, candidate.label
+        seen.add(_kind(candidate))
     assert len(seen) == 18
 
 

@@ -228,3 +228,45 @@ def test_a_threshold_is_certified_on_the_served_models_probabilities_for_items_i
     assert not np.isin(found.items, fit.fit_on).any()
     np.testing.assert_allclose(found.P, apply_variant(fit.calibrator, data, found.items))
     assert (found.weights == 1.0).all() and (found.y == y[found.items]).all()
+
+
+def test_cross_fitted_every_label_certifies_with_the_probabilities_served_for_it(tmp_path):
+    """Cross-fitted, nothing is held out: every labelled item certifies, with the probabilities the
+    served (cross-fitted) calibrator gives it, which come from the fold its input routes to, fitted
+    without that fold's items."""
+    from llamadecide.calibration.data import LabelledItem
+    from llamadecide.calibration.fitting import CrossFitted
+    from llamadecide.calibration.selection import apply_variant, fit_variant
+    from llamadecide.calibration.steps import fit_and_certify, score_items
+
+    task = compass_task()
+    items = [LabelledItem(str(i), f"item {i}", OPTIONS[i % 4], (Draw(1.0, "file"),)) for i in range(200)]
+    truth = {it.text: i % 4 for i, it in enumerate(items)}
+    config = fake_run_config(tmp_path, calibration_size=200, test_size=0, target_precision=0.9, cross_fit=5)
+    y = np.arange(200) % 4
+    idx = np.arange(200)
+    scored, _ = score_items(SubsampleBackend(truth, informative=True), task, items, (idx, idx[:0]), y, config)
+    steps = fit_and_certify(scored, idx, [it.draws for it in items], y, config)
+    data, fit, found = steps.data, steps.fit, steps.found
+    assert not steps.split.held.any() and steps.counts["held_out"] == 0
+    assert isinstance(fit.calibrator, CrossFitted) and len(fit.calibrator.folds) == 5
+    assert found.part == "cross-fitted" and sorted(found.items) == list(idx)
+    np.testing.assert_allclose(found.P, apply_variant(fit.calibrator, data, found.items))
+    routes = data.routes(found.items, 5)
+    for k in range(5):
+        without = fit_variant(fit.candidate, data, found.items[routes != k], y[found.items[routes != k]])
+        np.testing.assert_allclose(found.P[routes == k], apply_variant(without, data, found.items[routes == k]))
+    assert steps.certified.threshold is not None  # 200 labels of an informative task clear 0.9
+
+
+def test_too_few_items_to_certify_are_not_cross_fitted():
+    """Below the items a threshold is tested with, cross-fitting is not done: every label fits one
+    calibration (as with nothing held out), and none certifies."""
+    from llamadecide.calibration.steps import cross_fitting
+
+    config = _run_config(target_precision=0.95, cross_fit=5)
+    assert not cross_fitting([(Draw(1.0, "file"),)] * 100, config)
+    assert cross_fitting([(Draw(1.0, "file"),)] * 200, config)
+    assert not cross_fitting([(Draw(1.0, "file"),)] * 200, _run_config(target_precision=0.95))
+    with pytest.raises(Exception, match="two folds"):
+        _run_config(cross_fit=1)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from llamadecide.decisions.prompt import INPUT_LAST, PROMPT_FORMAT_VERSION, QUESTION_FIRST
+from llamadecide.errors import InvalidRequestError
 
 
 def head_layer(n_layer: int, depth: float) -> int | None:
@@ -52,6 +53,14 @@ class RunConfig:
         "(docs/calibration.md)",
         min=0.0,
         max=0.9,
+    )
+    cross_fit: int = option(
+        0,
+        "Serve this many fold calibrations, each decision answered by one chosen by a hash of its input and "
+        "each fitted without the labels of the inputs it answers, and certify on every label (0: one "
+        "calibration, certified on the held-out share; docs/calibration.md)",
+        min=0,
+        max=20,
     )
     conformal_alpha: float = option(0.1, "Miscoverage of conformal sets", min=0.0, max=1.0)
     compare_modes: bool = option(False, "Also score in the other mode (text vs labels) and keep the better")
@@ -111,3 +120,7 @@ class RunConfig:
     profile_name: str | None = option(None, "Name of the written profile (default: the task's)")
     dataset_fingerprint: str = ""
     show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.cross_fit == 1:
+            raise InvalidRequestError("cross-fitting needs two folds or more (0: none)", param="cross_fit")

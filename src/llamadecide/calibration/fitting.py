@@ -89,6 +89,51 @@ class HeadCalibrator:
         return Head(self.weights, self.intercept, self.lexical, self.mix, self.features)
 
 
+@dataclass(frozen=True)
+class CrossFitted:
+    """One calibrator per fold, each fitted without its fold's labels; an input is answered by the
+    fold `scoring.route` gives its text, so every labelled item's out-of-fold probabilities are the
+    ones served for it, and a threshold certified on them holds for what is served."""
+
+    folds: tuple[Calibrator | HeadCalibrator, ...]
+
+    @property
+    def kind(self) -> Kind:
+        return self.folds[0].kind
+
+    @property
+    def length_normalize(self) -> bool:
+        return self.folds[0].length_normalize
+
+    @property
+    def prior(self) -> tuple[float, ...] | None:
+        return self.folds[0].prior
+
+    def apply(
+        self,
+        L: np.ndarray,
+        lengths: np.ndarray | None,
+        hidden: np.ndarray | None = None,
+        texts: Sequence[str] | None = None,
+        *,
+        routes: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Each row's probabilities from its fold (`routes`: each row's fold, `scoring.route`)."""
+        if routes is None:
+            raise ValueError("a cross-fitted calibrator answers each input with its fold; no routes were given")
+        P = np.zeros(L.shape, dtype=np.float64)
+        for k, calibrator in enumerate(self.folds):
+            rows = np.flatnonzero(routes == k)
+            if len(rows):
+                P[rows] = calibrator.apply(
+                    L[rows],
+                    None if lengths is None else lengths[rows],
+                    None if hidden is None else hidden[rows],
+                    None if texts is None else [texts[i] for i in rows],
+                )
+        return P
+
+
 def fit_head(
     L: np.ndarray,
     hidden: np.ndarray,

@@ -106,19 +106,47 @@ class HeadParams(BaseModel):
         )
 
 
+class FoldParams(BaseModel):
+    """What one fold of a cross-fitted profile fitted (the rest of the method is the profile's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float
+    bias: Optional[list[float]] = None
+    head: Optional[HeadParams] = None
+
+    def build(self):
+        from llamadecide.decisions.scoring import Fold
+
+        return Fold(self.temperature, tuple(self.bias) if self.bias else None, self.head.build() if self.head else None)
+
+
+def _fold_fields(calibrator, hidden_layer: int | None) -> dict[str, Any]:
+    is_head = getattr(calibrator, "kind", None) == "head"
+    return {
+        "temperature": getattr(calibrator, "temperature", 1.0),
+        "bias": list(calibrator.bias) if getattr(calibrator, "bias", None) else None,
+        "head": HeadParams.from_calibrator(calibrator, hidden_layer) if is_head else None,
+    }
+
+
 def method_fields(calibrator, candidate, hidden_layer: int | None = None) -> dict[str, Any]:
     """A profile's fields for a fitted calibrator (`calibration.fitting`) of a candidate: what
-    `CalibrationProfile.scoring()` turns back into the served maths."""
-    is_head = getattr(calibrator, "kind", None) == "head"
+    `CalibrationProfile.scoring()` turns back into the served maths. A cross-fitted one's first fold
+    fills the profile's own fields, the others `folds`."""
+    folds = getattr(calibrator, "folds", None)
+    if folds is not None:
+        return {
+            **method_fields(folds[0], candidate, hidden_layer),
+            "folds": [FoldParams(**_fold_fields(fold, hidden_layer)) for fold in folds[1:]],
+        }
     return {
         "calibrator": calibrator.kind,
         "length_normalize": calibrator.length_normalize,
-        "temperature": getattr(calibrator, "temperature", 1.0),
-        "bias": list(calibrator.bias) if getattr(calibrator, "bias", None) else None,
         "method": candidate.method,
         "prior_correction": candidate.prior_correction,
         "prior": list(calibrator.prior) if calibrator.prior else None,
-        "head": HeadParams.from_calibrator(calibrator, hidden_layer) if is_head else None,
+        **_fold_fields(calibrator, hidden_layer),
     }
 
 
@@ -152,6 +180,9 @@ class CalibrationProfile(BaseModel):
     prior: Optional[list[float]] = None  # the content-free log prior fitted with (prior correction)
     rotations: int = 1
     head: Optional[HeadParams] = None
+    # Cross-fitted (`RunConfig.cross_fit`): the other folds' parameters; a decision is answered by the
+    # fold `scoring.route` gives its input, fold 0 being the profile's own temperature, bias and head.
+    folds: Optional[list[FoldParams]] = None
     demonstrations: Optional[list[DemonstrationParams]] = None  # k-shot: shown before every question
     threshold: Optional[float] = None  # act automatically when confidence >= threshold; None: always escalate
     target_precision: float
@@ -175,6 +206,13 @@ class CalibrationProfile(BaseModel):
             and len(self.head.lexical.weights) != len(self.head.weights)
         ):
             raise ValueError("the head's lexical expert has one row per option")
+        for fold in self.folds or ():
+            if (fold.head is None) != (self.head is None):
+                raise ValueError("every fold of a cross-fitted profile has a head exactly when the profile does")
+            if fold.head is not None and len(fold.head.weights) != len(self.task["options"]):
+                raise ValueError("every fold's head has one row per option")
+            if fold.bias is not None and len(fold.bias) != len(self.task["options"]):
+                raise ValueError("every fold's bias has one value per option")
         for demonstration in self.demonstrations or ():
             if not 0 <= demonstration.option < len(self.task["options"]):
                 raise ValueError(
@@ -202,6 +240,8 @@ class CalibrationProfile(BaseModel):
                 ", class means" if self.head.fit == "class-means" else ""
             )
             method += " + lexical" if self.head.lexical else ""
+        if self.folds:
+            method += f", cross-fitted ({len(self.folds) + 1} folds)"
         shots = len(self.demonstrations or ())
         if not shots:
             return method
@@ -211,19 +251,22 @@ class CalibrationProfile(BaseModel):
         """The decisions library's Scoring for this profile (built once)."""
         if self._scoring is None:
             from llamadecide.decisions import Scoring
-            from llamadecide.decisions.scoring import Demonstration
+            from llamadecide.decisions.scoring import Demonstration, Fold
 
             head = self.head.build() if self.head else None
+            bias = tuple(self.bias) if self.bias else None
+            folds = (Fold(self.temperature, bias, head), *(f.build() for f in self.folds)) if self.folds else ()
             self._scoring = Scoring(
                 temperature=self.temperature,
                 length_normalize=self.length_normalize,
-                bias=tuple(self.bias) if self.bias else None,
+                bias=bias,
                 prior_correction=self.prior_correction,
                 prior=tuple(self.prior) if self.prior is not None else None,
                 rotations=self.rotations,
                 head=head,
                 demonstrations=tuple(Demonstration(d.input, d.option) for d in self.demonstrations or ()),
                 prompt_format=self.prompt_format,
+                cross_fitted=folds,
             )
         return self._scoring
 

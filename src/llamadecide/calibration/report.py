@@ -130,6 +130,11 @@ def certification_lines(summary: dict) -> list[str]:
             f"labels: {counts['certify']} certify (each weighted by the inverse of its chance of review; {frames}), "
             f"{counts['train_only']} only train (picked with no recorded chance)"
         )
+    if counts and counts.get("cross_fitted"):
+        lines.append(
+            f"cross-fitted: {counts['cross_fitted']} calibrations served, each input answered by one fitted without "
+            "its label; every label of known chance certifies with the probabilities served for it"
+        )
     parent = summary.get("parent")
     if parent:
         if parent.get("matched"):

@@ -10,6 +10,7 @@ from llamadecide.calibration.cross_validation import cross_validated, held_out_f
 from llamadecide.calibration.fitting import (
     Calibrator,
     Candidate,
+    CrossFitted,
     HeadCalibrator,
     candidates,
     content_free_prior_for,
@@ -285,13 +286,30 @@ def out_of_fold(
     return P
 
 
-def apply_variant(calibrator: Calibrator | HeadCalibrator, data: VariantScores, idx: np.ndarray) -> np.ndarray:
-    return calibrator.apply(
+def cross_fit(
+    candidate: Candidate, data: VariantScores, cal_idx: np.ndarray, y_cal: np.ndarray, folds: int
+) -> CrossFitted:
+    """One calibrator per fold, each fitted on the items the other folds answer (`VariantScores.routes`):
+    each item's probabilities from it are out of fold and the ones served."""
+    routes = data.routes(cal_idx, folds)
+    fitted = in_parallel(lambda k: fit_variant(candidate, data, cal_idx[routes != k], y_cal[routes != k]), range(folds))
+    return CrossFitted(tuple(fitted))
+
+
+def apply_variant(
+    calibrator: Calibrator | HeadCalibrator | CrossFitted, data: VariantScores, idx: np.ndarray
+) -> np.ndarray:
+    """The calibrator's probabilities for the items `idx`, as served (a cross-fitted one's from each
+    item's fold)."""
+    parts = (
         data.L[idx],
         None if data.lengths is None else data.lengths[idx],
         None if data.hidden is None else data.hidden[idx],
         _texts(data, idx),
     )
+    if isinstance(calibrator, CrossFitted):
+        return calibrator.apply(*parts, routes=data.routes(idx, len(calibrator.folds)))
+    return calibrator.apply(*parts)
 
 
 def _texts(data: VariantScores, idx: np.ndarray) -> list[str] | None:

@@ -28,8 +28,16 @@ from llamadecide.calibration.certification import (
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.cross_validation import one_blas_thread
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.fitting import Calibrator, Candidate, HeadCalibrator
-from llamadecide.calibration.selection import apply_variant, choose, fit_variant, out_of_fold, select, usable
+from llamadecide.calibration.fitting import Calibrator, Candidate, CrossFitted, HeadCalibrator
+from llamadecide.calibration.selection import (
+    apply_variant,
+    choose,
+    cross_fit,
+    fit_variant,
+    out_of_fold,
+    select,
+    usable,
+)
 from llamadecide.calibration.thresholds import (
     Threshold,
     conformal_quantile,
@@ -131,6 +139,8 @@ def hold_out(draws: Sequence[Draws], config: RunConfig) -> HoldOut:
     than a threshold is tested with would be (then no threshold could be certified on them: every
     label fits, and `certify` certifies none)."""
     known = np.array([of_known_chance(d) for d in draws], dtype=bool)
+    if cross_fitting(draws, config):
+        return HoldOut(np.zeros(len(draws), dtype=bool), np.zeros(len(draws)))
     chance = np.where(known, config.certify_share, 0.0)
     recorded = np.array([drawn_confidence(d) for d in draws], dtype=float)
     ranked = known & ~np.isnan(recorded)
@@ -148,6 +158,14 @@ def hold_out(draws: Sequence[Draws], config: RunConfig) -> HoldOut:
         else:
             held[rng.choice(np.flatnonzero(known), count, replace=False)] = True
     return HoldOut(held, chance)
+
+
+def cross_fitting(draws: Sequence[Draws], config: RunConfig) -> bool:
+    """Whether the labelled items are cross-fitted (`RunConfig.cross_fit`) rather than a share held
+    out: asked for, and enough items of known chance that a threshold could be certified on them
+    (with fewer, every label fits one calibration, and none certifies)."""
+    known = sum(of_known_chance(d) for d in draws)
+    return config.cross_fit >= 2 and known >= max(fewest_tested(config.target_precision, config.confidence_level), 2)
 
 
 def held_out_counts(draws: Sequence[Draws], split: HoldOut) -> dict:
@@ -183,11 +201,11 @@ def choose_method(
 @dataclass
 class Fit:
     candidate: Candidate
-    calibrator: Calibrator | HeadCalibrator
+    calibrator: Calibrator | HeadCalibrator | CrossFitted
     fit_on: np.ndarray  # the calibration items it has what it reads for
     y: np.ndarray  # their labels
-    P: np.ndarray  # its probabilities on them (in sample)
-    P_oof: np.ndarray | None  # their out-of-fold probabilities (when asked for)
+    P: np.ndarray  # its probabilities on them (in sample; cross-fitted, out of fold)
+    P_oof: np.ndarray | None  # their out-of-fold probabilities (when asked for; cross-fitted, P)
 
 
 def fit_method(
@@ -198,12 +216,19 @@ def fit_method(
     config: RunConfig,
     *,
     with_out_of_fold: bool = True,
+    cross_fitted: bool = False,
 ) -> Fit:
     """The chosen candidate fitted on the calibration items it has what it reads for (all of them,
     unless the run's budget scored answers on a subsample), and, `with_out_of_fold`, its out-of-fold
     probabilities: a fitted calibrator is over-confident on the very items it was fitted on. Their
-    folds ignore the labels (`folds.certification_folds`), unlike the selection's."""
+    folds ignore the labels (`folds.certification_folds`), unlike the selection's. `cross_fitted`:
+    `config.cross_fit` calibrators, one per fold of the items' routes (`selection.cross_fit`), whose
+    probabilities for each item are out of fold and the served ones."""
     fit_on = usable(data, candidate, cal_idx)
+    if cross_fitted:
+        folded = cross_fit(candidate, data, fit_on, y[fit_on], config.cross_fit)
+        P = apply_variant(folded, data, fit_on)
+        return Fit(candidate, folded, fit_on, y[fit_on], P, P)
     with one_blas_thread():
         calibrator = fit_variant(candidate, data, fit_on, y[fit_on])
     P = apply_variant(calibrator, data, fit_on)
@@ -224,7 +249,7 @@ class Evidence:
     P: np.ndarray
     y: np.ndarray
     weights: np.ndarray  # `certification.certification_weights`: 0 for an item that only trains
-    part: str  # "held out" (the served model's probabilities) or "out of fold"
+    part: str  # "held out" or "cross-fitted" (the served model's probabilities), or "out of fold"
 
 
 def evidence(
@@ -236,13 +261,14 @@ def evidence(
     fit_draws: Sequence[Draws],
 ) -> Evidence:
     """The held-out items the fitted model reads, with its probabilities for them; with none held
-    out, every fitted item's out-of-fold probabilities. `y` holds every item's label, `held_draws`
-    follow `held_idx` (with their chance of being held out: `HoldOut.draws`), `fit_draws` follow
-    `fit.fit_on`."""
+    out, every fitted item's out-of-fold probabilities (cross-fitted: the served ones). `y` holds
+    every item's label, `held_draws` follow `held_idx` (with their chance of being held out:
+    `HoldOut.draws`), `fit_draws` follow `fit.fit_on`."""
     if not len(held_idx):
         if fit.P_oof is None:
             raise ValueError("nothing held out and no out-of-fold probabilities to certify on")
-        return Evidence(fit.fit_on, fit.P_oof, fit.y, certification_weights(list(fit_draws)), "out of fold")
+        part = "cross-fitted" if isinstance(fit.calibrator, CrossFitted) else "out of fold"
+        return Evidence(fit.fit_on, fit.P_oof, fit.y, certification_weights(list(fit_draws)), part)
     reads = np.isin(held_idx, usable(data, fit.candidate, held_idx))
     items = held_idx[reads]
     draws = [d for d, r in zip(held_draws, reads) if r]
@@ -273,7 +299,7 @@ def certify(found: Evidence, config: RunConfig) -> Certified:
             confidence_level=config.confidence_level,
             weights=None if uniform else weights,
         )
-        if found.part == "held out" or config.certify_share == 0
+        if found.part in ("held out", "cross-fitted") or config.certify_share == 0
         else None
     )
     certifying = weights > 0
@@ -299,7 +325,7 @@ class Calibrated:
     fit: Fit
     found: Evidence
     certified: Certified
-    counts: dict  # `held_out_counts`
+    counts: dict  # `held_out_counts`, and the folds cross-fitted (0: none)
 
     @property
     def data(self) -> VariantScores:
@@ -316,7 +342,9 @@ def fit_and_certify(
     rescore: Callable[[Choice], dict[Variant, VariantScores]] | None = None,
     out_of_fold: bool = False,
 ) -> Calibrated:
-    """Hold out, choose on the rest, fit, certify on the held-out items. `draws` follow `idx` (the
+    """Hold out, choose on the rest, fit, certify on the held-out items (cross-fitted: hold nothing
+    out, choose on every label, fit one calibration per fold, certify on every label with the
+    probabilities served for it). `draws` follow `idx` (the
     labelled items, demonstrations excluded); `y` holds every item's label. `rescore`: the scores
     again once the choice is known (calibrate scores the test part's answers only for a candidate
     that reads them). `out_of_fold`: out-of-fold probabilities even where items are held out (a
@@ -327,11 +355,21 @@ def fit_and_certify(
     if rescore is not None:
         scored = rescore(choice)
     data = scored[choice.variant]
-    fit = fit_method(data, choice.candidate, train, y, config, with_out_of_fold=out_of_fold or not split.held.any())
+    fit = fit_method(
+        data,
+        choice.candidate,
+        train,
+        y,
+        config,
+        with_out_of_fold=out_of_fold or not split.held.any(),
+        cross_fitted=cross_fitting(draws, config),
+    )
     position = {int(i): n for n, i in enumerate(idx)}
     found = evidence(data, fit, y, idx[split.held], split.draws(draws), [draws[position[int(i)]] for i in fit.fit_on])
     certified = certify(found, config)
-    return Calibrated(scored, split, choice, fit, found, certified, held_out_counts(draws, split))
+    folds = len(fit.calibrator.folds) if isinstance(fit.calibrator, CrossFitted) else 0
+    counts = {**held_out_counts(draws, split), "cross_fitted": folds}
+    return Calibrated(scored, split, choice, fit, found, certified, counts)
 
 
 # -- measuring ---------------------------------------------------------------------------------------

@@ -244,6 +244,7 @@ class VariantScorer:
                 None if complete else self.hidden_mask.get(key),
                 served_rows=self.costs.get(variant),
                 hidden_layer=self.layer,
+                inputs=texts,
             )
         for variant in (v for v in self.variants if v.hidden_only):
             scored[variant] = VariantScores(
@@ -256,6 +257,7 @@ class VariantScorer:
                 hidden_only=True,
                 served_rows=self.costs.get(variant),
                 hidden_layer=self.layer,
+                inputs=texts,
             )
         return scored
 

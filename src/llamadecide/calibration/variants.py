@@ -10,7 +10,7 @@ import numpy as np
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.decisions.prompt import HEAD_ONLY_FORMATS, PROMPT_FORMAT_VERSION, QUESTION_FIRST_FORMATS
-from llamadecide.decisions.scoring import Demonstration, Scoring
+from llamadecide.decisions.scoring import Demonstration, Scoring, route
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,13 @@ class VariantScores:
     # alone); None where the backend cannot tell (a remote one).
     served_rows: tuple[float, float] | None = None
     hidden_layer: int | None = None  # the block whose output `hidden` is (None: the final state)
+    inputs: list[str] | None = None  # every item's input, as a cross-fitted calibrator routes it (`scoring.route`)
+
+    def routes(self, idx: np.ndarray, folds: int) -> np.ndarray:
+        """The fold of a cross-fitted calibration that answers each of the items `idx`."""
+        if self.inputs is None:
+            raise ValueError("cross-fitting routes each item by its input; these scores carry none")
+        return np.array([route(self.inputs[i], folds) for i in idx], dtype=int)
 
 
 def variants_for(task: Task, config: RunConfig, *, demonstrations: bool = True) -> list[Variant]:

@@ -119,6 +119,7 @@ def build_answer(
     state_text: str | None = None,
 ) -> Answer:
     scores = totals.logprobs
+    rule = rule.routed(state_text)
     if rule.bias is not None and scores is not None and len(rule.bias) != len(scores):
         raise InvalidRequestError("the calibration bias does not match the number of options", param="calibration")
     if rule.head is not None:

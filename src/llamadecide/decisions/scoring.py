@@ -4,8 +4,9 @@ hidden state alone."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 import numpy as np
@@ -71,6 +72,23 @@ class Demonstration:
     option: int
 
 
+def route(text: str, folds: int) -> int:
+    """The fold of a cross-fitted rule that answers an input: a hash of its text, so the same input
+    always gets the same answer and the inputs each fold answers are a random share of the traffic,
+    whatever they hold."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big") % folds
+
+
+@dataclass(frozen=True)
+class Fold:
+    """What one fold of a cross-fitted rule fitted: the parameters fitting sets (the rest of the rule
+    is the same for every fold)."""
+
+    temperature: float = 1.0
+    bias: tuple[float, ...] | None = None
+    head: Head | None = None
+
+
 @dataclass(frozen=True)
 class Scoring:
     """How a question is scored and its log-likelihoods become probabilities. Calibration fits
@@ -83,6 +101,9 @@ class Scoring:
     fixes that distribution (a calibration profile stores the one it was fitted with, so serving
     does not recompute it).
     A head replaces the softmax by a fitted classifier over the log-likelihoods and hidden state.
+    cross_fitted holds the folds of a cross-fitted calibration (each fitted without the labels of the
+    inputs it answers, `route` choosing the fold by the input); empty, the rule's own parameters
+    answer every input.
     demonstrations are answered examples put before the question (see `prompt.build_messages`).
     prompt_format is the prompt format the question is asked in (`prompt.PROMPT_FORMATS`): it belongs to
     the question (its profile), never to one request, so an answer does not depend on what else
@@ -97,6 +118,16 @@ class Scoring:
     head: Head | None = None
     demonstrations: tuple[Demonstration, ...] = ()
     prompt_format: str = PROMPT_FORMAT_VERSION
+    cross_fitted: tuple[Fold, ...] = field(default=(), compare=False)
+
+    def routed(self, text: str | None) -> Scoring:
+        """The rule that answers `text`: its fold's parameters, for a cross-fitted rule."""
+        if not self.cross_fitted:
+            return self
+        if text is None:
+            raise ValueError("a cross-fitted rule routes by the input; none was given")
+        fold = self.cross_fitted[route(text, len(self.cross_fitted))]
+        return replace(self, temperature=fold.temperature, bias=fold.bias, head=fold.head, cross_fitted=())
 
     @property
     def pins_prefix(self) -> bool:
