@@ -34,10 +34,9 @@ def slice_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def local_run(slice_file, tmp_path_factory):
-    out = tmp_path_factory.mktemp("calibration")
-    result = CliRunner().invoke(
+def calibrate_slice(slice_file: Path, out: Path, *flags: str):
+    """`llamadecide calibrate` on the slice (20 items to fit, 20 to measure, precision 0.5), with `flags`."""
+    return CliRunner().invoke(
         app,
         [
             "calibrate",
@@ -54,10 +53,17 @@ def local_run(slice_file, tmp_path_factory):
             "20",
             "--target-precision",
             "0.5",
+            *flags,
             "--out",
             str(out),
         ],
     )
+
+
+@pytest.fixture(scope="module")
+def local_run(slice_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("calibration")
+    result = calibrate_slice(slice_file, out)
     assert result.exit_code == 0, result.output
     return out, result.output
 
@@ -249,29 +255,7 @@ def test_a_cross_fitted_profile_serves_each_input_what_calibrate_measured_for_it
     crossed = tmp_path / "crossed"
     crossed.mkdir()
     shutil.copy(out / "cache.sqlite", crossed / "cache.sqlite")  # the same scores, not scored again
-    result = CliRunner().invoke(
-        app,
-        [
-            "calibrate",
-            str(slice_file),
-            "--task",
-            "agnews",
-            "--text-column",
-            "0",
-            "--label-column",
-            "1",
-            "--calibration-size",
-            "20",
-            "--test-size",
-            "20",
-            "--target-precision",
-            "0.5",
-            "--cross-fit",
-            "2",
-            "--out",
-            str(crossed),
-        ],
-    )
+    result = calibrate_slice(slice_file, crossed, "--cross-fit", "2")
     assert result.exit_code == 0, result.output
     assert "cross-fitted: 2 calibrations served" in result.output
     profile = CalibrationProfile.load(crossed / "profile.json")
