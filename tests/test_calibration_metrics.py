@@ -3,8 +3,9 @@ import pytest
 from sklearn.metrics import brier_score_loss, log_loss
 
 from llamadecide.calibration import metrics
+from llamadecide.calibration.calibrators import Calibrator
 from llamadecide.calibration.cross_validation import cross_validated
-from llamadecide.calibration.fitting import Calibrator, candidates, fit
+from llamadecide.calibration.fitting import candidates, fit
 
 P = np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.2, 0.8]])
 Y = np.array([0, 1, 1, 0])

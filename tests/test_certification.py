@@ -137,7 +137,7 @@ def _run_config(**fields):
 
 
 def test_held_out_items_are_a_uniform_share_of_those_of_known_chance_and_never_picked_ones():
-    from llamadecide.calibration.steps import hold_out
+    from llamadecide.calibration.holdout import hold_out
 
     draws = [(Draw(1.0, "file"),)] * 60 + [(Draw(None, "served:t:v1"),)] * 40 + [(Draw(0.02, "served:t:v1"),)] * 100
     held = np.array([hold_out(draws, _run_config(seed=seed, target_precision=0.9)).held for seed in range(400)])
@@ -149,7 +149,7 @@ def test_held_out_items_are_a_uniform_share_of_those_of_known_chance_and_never_p
 
 
 def test_a_tilted_hold_out_holds_out_the_items_the_drawing_model_was_surest_of_more_each_with_its_chance():
-    from llamadecide.calibration.steps import hold_out
+    from llamadecide.calibration.holdout import hold_out
 
     recorded = np.linspace(0.0, 1.0, 200)
     draws = (
@@ -176,7 +176,7 @@ def test_a_tilted_hold_out_weighted_by_its_chances_estimates_the_pools_precision
     """Items a model was sure of are more often right and, tilted, more often held out: counted
     plainly the held-out items read optimistic; weighted by the inverse of their chances they
     estimate the precision of the whole pool."""
-    from llamadecide.calibration.steps import hold_out
+    from llamadecide.calibration.holdout import hold_out
 
     rng = np.random.default_rng(0)
     recorded = rng.uniform(size=600)
@@ -196,7 +196,8 @@ def test_too_few_items_to_hold_out_fit_every_label_and_certify_nothing():
     """At precision 0.95 a threshold is tested with 118 automatic items at least: 80 held out could
     never certify, so none are held out, and out-of-fold probabilities, which read optimistic, do not
     certify in their place (while a share of 0 asks for them)."""
-    from llamadecide.calibration.steps import Evidence, certify, hold_out
+    from llamadecide.calibration.holdout import hold_out
+    from llamadecide.calibration.steps import Evidence, certify
 
     draws = [(Draw(1.0, "file"),)] * 160
     assert not hold_out(draws, _run_config(target_precision=0.95)).held.any()
@@ -234,8 +235,8 @@ def test_cross_fitted_every_label_certifies_with_the_probabilities_served_for_it
     """Cross-fitted, nothing is held out: every labelled item certifies, with the probabilities the
     served (cross-fitted) calibrator gives it, which come from the fold its input routes to, fitted
     without that fold's items."""
+    from llamadecide.calibration.calibrators import CrossFitted
     from llamadecide.calibration.data import LabelledItem
-    from llamadecide.calibration.fitting import CrossFitted
     from llamadecide.calibration.selection import apply_variant, fit_variant
     from llamadecide.calibration.steps import fit_and_certify, score_items
 
@@ -262,7 +263,7 @@ def test_cross_fitted_every_label_certifies_with_the_probabilities_served_for_it
 def test_too_few_items_to_certify_are_not_cross_fitted():
     """Below the items a threshold is tested with, cross-fitting is not done: every label fits one
     calibration (as with nothing held out), and none certifies."""
-    from llamadecide.calibration.steps import cross_fitting
+    from llamadecide.calibration.holdout import cross_fitting
 
     config = _run_config(target_precision=0.95, cross_fit=5)
     assert not cross_fitting([(Draw(1.0, "file"),)] * 100, config)

@@ -29,7 +29,7 @@ class Draw:
     chance: float | None  # its probability of having been labelled; None: not drawn at random
     frame: str = "file"  # the design it was drawn under
     # The drawing model's confidence in its answer for the item, where recorded: known before the
-    # label, so a design may depend on it (`steps.hold_out` holds out the sure items to certify).
+    # label, so a design may depend on it (`holdout.hold_out` holds out the sure items to certify).
     confidence: float | None = None
 
     @property

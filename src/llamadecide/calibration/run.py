@@ -15,10 +15,11 @@ import numpy as np
 
 from llamadecide.calibration import metrics
 from llamadecide.calibration.backends import Backend
+from llamadecide.calibration.calibrators import Calibrator
 from llamadecide.calibration.compare import Record, compare
 from llamadecide.calibration.config import RunConfig
 from llamadecide.calibration.data import LabelledItem, Task
-from llamadecide.calibration.fitting import Calibrator, Candidate
+from llamadecide.calibration.fitting import Candidate
 from llamadecide.calibration.plots import reliability_diagram, risk_coverage_plot
 from llamadecide.calibration.profile import PROFILE_FILE, CalibrationProfile, DemonstrationParams, method_fields
 from llamadecide.calibration.report import write_html

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from llamadecide.calibration.calibrators import Calibrator, CrossFitted, HeadCalibrator
 from llamadecide.calibration.cross_validation import cross_validated, held_out_figures, in_parallel, pooled
 from llamadecide.calibration.fitting import (
-    Calibrator,
     Candidate,
-    CrossFitted,
-    HeadCalibrator,
     candidates,
     content_free_prior_for,
     fit_candidate,

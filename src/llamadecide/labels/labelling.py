@@ -228,7 +228,7 @@ def initial_probabilities(
 ) -> np.ndarray | None:
     """What the first draws read: a profile's answers on the pool (decided as served), else the
     zero-shot answers where every item has them, else nothing (uniform draws)."""
-    from llamadecide.calibration.fitting import Calibrator
+    from llamadecide.calibration.calibrators import Calibrator
 
     if profile is not None:
         from llamadecide.calibration.profile import CalibrationProfile, profile_files

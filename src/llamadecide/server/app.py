@@ -55,7 +55,7 @@ class Runtime:
         self.problog = ProbabilityLog(settings.probability_log) if settings.probability_log else None
         self.services: Services | None = None
         self.load_error: str | None = None
-        self.profile_store = None  # calibration.profile.ProfileStore, when profiles_dir is set
+        self.profile_store = None  # calibration.profile_store.ProfileStore, when profiles_dir is set
         # The label store and its review queue, when label_store is set (before the model loads:
         # labels are taken while it does).
         self.reviews: ReviewServing | None = review_serving(settings) if settings.label_store else None
@@ -112,7 +112,7 @@ class Runtime:
         )
         profiles = None
         if self.settings.profiles_dir:
-            from llamadecide.calibration.profile import ProfileStore
+            from llamadecide.calibration.profile_store import ProfileStore
             from llamadecide.decisions.prompt import PROMPT_FORMATS
 
             store = ProfileStore(
