@@ -99,6 +99,38 @@ def test_an_active_round_draws_with_the_chances_it_records_and_the_floor_bounds_
     assert np.abs(counts / 3000 - chances).max() < 0.05  # drawn with exactly the chances recorded
 
 
+def test_the_sure_share_draws_the_items_expected_automatic_more_and_keeps_the_round_size():
+    from llamadecide.labels.active import DrawRule, automatic, gain, inclusion
+
+    rng = np.random.default_rng(6)
+    P = rng.dirichlet(np.ones(4) * 0.3, 500)
+    conf = P.max(1)
+    sure = automatic(P, 0.9)
+    # The surest answers, as many as keep their mean confidence at the target: one more would not.
+    assert 0 < sure.sum() < 500 and conf[sure].min() >= conf[~sure].max()
+    assert conf[sure].mean() >= 0.9 > np.sort(conf)[::-1][: sure.sum() + 1].mean()
+    labelled = np.zeros(500, bool)
+    labelled[:40] = True
+    plain, with_sure = DrawRule(size=25, floor=0.2), DrawRule(size=25, floor=0.2, sure=0.5)
+    before = inclusion(gain(P, np.zeros(4), plain), labelled, plain, sure)
+    after = inclusion(gain(P, np.zeros(4), with_sure), labelled, with_sure, sure)
+    assert after[~labelled].sum() == pytest.approx(25, rel=1e-6)
+    assert after[sure].mean() > 2 * before[sure].mean()
+    assert after[sure].min() >= 0.5 * 25 / sure.sum() / 2  # spread evenly over them (at least their share)
+    # Expected automatic: none -> the sure share is uniform, like the floor.
+    none = inclusion(np.ones(500), labelled, with_sure, np.zeros(500, bool))
+    assert np.ptp(none) == pytest.approx(0, abs=1e-12)
+
+
+def test_a_draw_whose_floor_and_sure_share_exceed_the_whole_is_refused():
+    from llamadecide.errors import InvalidRequestError
+    from llamadecide.labels.active import DrawRule
+
+    with pytest.raises(InvalidRequestError, match="more than 1"):
+        DrawRule(floor=0.6, sure=0.5)
+    assert DrawRule(floor=0.5, sure=0.5).sure == 0.5
+
+
 def test_active_draws_certify_honestly():
     """A pool whose model is sure where it is right: rounds drawn by uncertainty (most labels where
     it errs) and weighted by their chances estimate the precision of the confident answers without

@@ -97,3 +97,19 @@ def test_the_plot_of_many_seeds_without_a_baseline_draws_no_empty_legend(tmp_pat
         warnings.simplefilter("error")  # matplotlib warns "No artists with labels found to put in legend"
         plot(result, tmp_path / "simulation.png")
     assert (tmp_path / "simulation.png").stat().st_size > 0
+
+
+def test_a_draw_asking_for_more_than_the_whole_is_refused_before_the_model_loads(slice_file, tmp_path, monkeypatch):
+    import llamadecide.engine
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(llamadecide.engine, "Engine", no_engine)
+    result = CliRunner().invoke(
+        app,
+        ["simulate", str(slice_file), *COMMON, "--order", "active", "--floor", "0.6", "--sure-share", "0.5"]
+        + ["--out", str(tmp_path)],
+    )
+    assert result.exit_code != 0
+    assert "floor (0.6) and the sure share (0.5)" in result.output and "more than 1" in result.output

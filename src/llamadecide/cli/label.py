@@ -13,6 +13,7 @@ from llamadecide.cli.calibrate import GUARANTEE_FLAGS, TaskOption, TextColumnOpt
 from llamadecide.cli.common import fail
 from llamadecide.cli.flags import SCORING_SETTINGS, config_flags, settings_flags
 from llamadecide.errors import LlamaDecideError
+from llamadecide.labels.active import DrawRule
 from llamadecide.settings import Settings
 
 
@@ -26,6 +27,7 @@ from llamadecide.settings import Settings
     "prompt_formats",
     "row_budget",
 )
+@config_flags(DrawRule, "size", "floor", "sure", panel="Drawing", into="rule")
 @settings_flags(*SCORING_SETTINGS)
 def label_command(
     data: Annotated[Path, typer.Argument(help="Unlabelled file: CSV, TSV or JSON Lines")],
@@ -33,6 +35,7 @@ def label_command(
     store: Annotated[str, typer.Option("--store", help="The label store: a SQLite file (or s3://bucket/prefix)")],
     settings: Settings,
     run: dict,
+    rule: dict,
     text_column: TextColumnOption = "text",
     id_column: Annotated[
         Optional[str], typer.Option("--id-column", help="Column or field of each item's id (default: its line)")
@@ -41,13 +44,6 @@ def label_command(
         Optional[Path],
         typer.Option("--profile", help="Draw by this profile's answers before the first refit (default: zero-shot)"),
     ] = None,
-    round_size: Annotated[int, typer.Option("--round-size", min=1, help="New labels a round of draws asks for")] = 10,
-    floor: Annotated[
-        float,
-        typer.Option(
-            "--floor", min=0.01, max=1.0, help="Uniform share of every draw (bounds each label's weight in a guarantee)"
-        ),
-    ] = 0.2,
     refit_every: Annotated[int, typer.Option("--refit-every", min=1, help="Labels between background refits")] = 20,
     until_auto_share: Annotated[
         Optional[float],
@@ -65,7 +61,6 @@ def label_command(
     from llamadecide.calibration.data import file_fingerprint, load_task
     from llamadecide.cli.calibrate import run_config
     from llamadecide.engine import Engine
-    from llamadecide.labels.active import DrawRule
     from llamadecide.labels.labelling import LabellingConfig, LabellingSession, initial_probabilities, pool_items
     from llamadecide.labels.replay import score_pool
     from llamadecide.labels.store import open_store
@@ -77,7 +72,7 @@ def label_command(
         fingerprint = file_fingerprint(data, text_column, id_column or "")
         config = LabellingConfig(
             run=run_config(Path(f"{store}.runs"), {**run, "show_progress": True}, dataset_fingerprint=fingerprint),
-            rule=DrawRule(size=round_size, floor=floor),
+            rule=DrawRule(**rule),
             refit_every=refit_every,
             until_auto_share=until_auto_share,
             pool_name=fingerprint[:12],

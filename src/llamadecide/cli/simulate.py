@@ -18,6 +18,7 @@ from llamadecide.cli.calibrate import (
 from llamadecide.cli.common import fail
 from llamadecide.cli.flags import SCORING_SETTINGS, config_flags, settings_flags
 from llamadecide.errors import LlamaDecideError
+from llamadecide.labels.active import DrawRule
 from llamadecide.labels.simulate import SimulationConfig
 from llamadecide.settings import Settings
 
@@ -34,11 +35,10 @@ from llamadecide.settings import Settings
     "orders",
     "max_labels",
     "measure_every",
-    "round_size",
-    "floor",
     panel="Simulation",
     into="simulation",
 )
+@config_flags(DrawRule, "size", "floor", "sure", panel="Drawing (with --order)", into="rule")
 @config_flags(
     RunConfig,
     "seed",
@@ -58,6 +58,7 @@ def simulate_command(
     settings: Settings,
     run: dict,
     simulation: dict,
+    rule: dict,
     text_column: TextColumnOption = "text",
     label_column: LabelColumnOption = "label",
     out: Annotated[
@@ -84,6 +85,7 @@ def simulate_command(
         config = SimulationConfig(
             out_dir=out,
             run=run_config(out, run, dataset_fingerprint=file_fingerprint(data, text_column, label_column)),
+            rule=DrawRule(**rule),
             **simulation,
         )
         engine = Engine(settings.engine_config())

@@ -4,11 +4,15 @@ every label certifies (weighted by the inverse of its chance: active testing, Ko
 A round draws from the whole pool, labelled items included (a labelled item drawn again costs
 nothing and counts in the round's frame): each item independently, with probability
 
-    pi = min(1, c * ((1 - floor) * gain / sum(gain) + floor / N))
+    pi = min(1, c * ((1 - floor - sure) * gain / sum(gain) + floor / N + sure * automatic / N_automatic))
 
 where `gain` is what labelling the item is worth to the current model (its uncertainty, and how few
-labels its predicted option has so far) and `floor` a uniform share that bounds every weight (1 /
-pi <= N / (c * floor)); c is set so that the unlabelled items are expected to give `size` new labels.
+labels its predicted option has so far), `floor` a uniform share that bounds every weight (1 /
+pi <= N / (c * floor)), and `sure` a share spread evenly over the N_automatic items the current model
+expects to handle automatically at the target precision (`automatic`): training wants the uncertain
+items, a threshold is certified on the sure ones, and this share is what the draw gives them beyond
+the floor (with none expected automatic, it joins the floor); c is set so that the unlabelled items
+are expected to give `size` new labels.
 Each round is a frame of its own: a Poisson sample of the pool with known chances, which is what
 `calibration.certification` weighs. Items a person picks by hand have no chance and never certify."""
 
@@ -18,12 +22,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llamadecide.calibration.config import option
+from llamadecide.errors import InvalidRequestError
+
 
 @dataclass(frozen=True)
 class DrawRule:
-    size: int = 10  # new labels a round is expected to give
-    floor: float = 0.2  # the uniform share of every item's chance (the most an item's weight can be)
+    size: int = option(10, "New labels a round of draws asks for", "--round-size", min=1)
+    floor: float = option(
+        0.2, "Uniform share of every draw (bounds each label's weight in a guarantee)", min=0.01, max=1.0
+    )
+    sure: float = option(
+        0.0,
+        "Share of every draw spread evenly over the items the current model expects to handle automatically "
+        "at the target precision: they certify its threshold, where the uncertain ones teach it",
+        "--sure-share",
+        min=0.0,
+        max=0.99,
+    )
     rarity: float = 0.5  # how much an option's scarcity of labels raises its items' gain (an exponent)
+
+    def __post_init__(self) -> None:
+        if self.floor + self.sure > 1.0:
+            raise InvalidRequestError(
+                f"the floor ({self.floor}) and the sure share ({self.sure}) of a draw add up to more than 1"
+            )
 
 
 def gain(P: np.ndarray | None, labels_per_option: np.ndarray, rule: DrawRule) -> np.ndarray:
@@ -37,13 +60,28 @@ def gain(P: np.ndarray | None, labels_per_option: np.ndarray, rule: DrawRule) ->
     return uncertainty * scarcity
 
 
-def inclusion(gains: np.ndarray, labelled: np.ndarray, rule: DrawRule) -> np.ndarray:
-    """Each pool item's chance of being drawn this round (`gains` empty: uniform)."""
+def automatic(P: np.ndarray, target: float) -> np.ndarray:
+    """The items the current model expects to handle automatically at `target` precision: its surest
+    answers, as many as keep their mean confidence (its own estimate of their precision, the
+    probabilities being calibrated) at or above the target."""
+    conf = P.max(1)
+    order = np.argsort(-conf, kind="stable")
+    meeting = np.flatnonzero(np.cumsum(conf[order]) / np.arange(1, len(conf) + 1) >= target)
+    expected = np.zeros(len(conf), dtype=bool)
+    if len(meeting):
+        expected[order[: meeting[-1] + 1]] = True
+    return expected
+
+
+def inclusion(gains: np.ndarray, labelled: np.ndarray, rule: DrawRule, sure: np.ndarray | None = None) -> np.ndarray:
+    """Each pool item's chance of being drawn this round (`gains` empty: uniform); `sure`: the items
+    expected automatic (`automatic`), which the rule's sure share is spread over."""
     n = len(labelled)
     if n == 0:
         return np.zeros(0)
     share = np.full(n, 1.0 / n) if len(gains) == 0 else gains / gains.sum()
-    base = (1.0 - rule.floor) * share + rule.floor / n
+    spread = sure / sure.sum() if sure is not None and sure.any() else np.full(n, 1.0 / n)
+    base = (1.0 - rule.floor - rule.sure) * share + rule.floor / n + rule.sure * spread
     unlabelled = ~labelled
     wanted = min(rule.size, int(unlabelled.sum()))
     if wanted == 0:

@@ -25,7 +25,7 @@ from llamadecide.calibration.selection import apply_variant
 from llamadecide.calibration.steps import fit_and_certify
 from llamadecide.calibration.variants import Variant, VariantScores, demonstration_items
 from llamadecide.decisions.maths import confidence
-from llamadecide.labels.active import DrawRule, draw, gain, inclusion
+from llamadecide.labels.active import DrawRule, automatic, draw, gain, inclusion
 from llamadecide.labels.records import ReviewItem, state_sha256
 from llamadecide.labels.refit import store_labels
 from llamadecide.labels.replay import OrderingModel
@@ -87,10 +87,13 @@ class LabellingSession:
                 ],
                 minlength=len(self.task.options),
             )
-            gains = (
-                gain(self.probabilities, counts, self.config.rule) if self.probabilities is not None else np.zeros(0)
+            rule, P = self.config.rule, self.probabilities
+            gains, sure = (
+                (gain(P, counts, rule), automatic(P, self.config.run.target_precision))
+                if P is not None
+                else (np.zeros(0), None)
             )
-            chances = inclusion(gains, held, self.config.rule)
+            chances = inclusion(gains, held, rule, sure)
             picked = draw(chances, self.rng)
             frame = f"label:{self.config.pool_name}:{time.time_ns()}"
             fresh = [i for i in picked if not held[i] and self.store.get(self.pool[i].id, "0") is None]

@@ -1,9 +1,10 @@
 """Labelling orders compared on a labelled file (`llamadecide simulate --order active|random`): a team
 that starts with no labels labels a pool round after round, the file's labels as the person, and
 every so many labels a profile is refitted and certified as `calibrate` does it and measured on a
-test part never labelled. Active rounds draw by the current model's uncertainty with a uniform floor
-(`labels.active`), each label recording its chance; random rounds take the pool in a seeded order.
-Both go through the label store and the certification the server's reviews go through."""
+test part never labelled. Active rounds draw by the current model's uncertainty, with a uniform
+floor and a share for the items it expects to handle automatically (`labels.active`), each label
+recording its chance; random rounds take the pool in a seeded order. Both go through the label
+store and the certification the server's reviews go through."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.variants import Variant, VariantScores
 from llamadecide.decisions.maths import confidence
-from llamadecide.labels.active import DrawRule, draw, gain, inclusion
+from llamadecide.labels.active import automatic, draw, gain, inclusion
 from llamadecide.labels.records import Label, ReviewItem, state_sha256
 from llamadecide.labels.refit import record_draws
 from llamadecide.labels.replay import honesty, refit, split
@@ -40,7 +41,7 @@ def label_in_order(
     store = _fresh_store(Path(config.out_dir) / f"labels-{order}-seed{seed}.sqlite")
     rng = np.random.default_rng(seed + 7919)
     queue = [int(i) for i in np.random.default_rng(seed).permutation(np.setdiff1d(pool, parts.start))]
-    rule = DrawRule(size=config.round_size, floor=config.floor)
+    rule, target = config.rule, config.run.target_precision
     index = {item.id: i for i, item in enumerate(items)}
     row = {int(i): n for n, i in enumerate(pool)}  # an item's row in the pool's probabilities
     try:
@@ -62,13 +63,14 @@ def label_in_order(
             quick = model.refitted(idx) if model is not None else None  # the current model, on every label
             P = quick.probabilities(pool) if quick is not None else None
             if order == "random":  # what the model makes of them is recorded, as a labelling session does
-                taken, queue = queue[: config.round_size], queue[config.round_size :]
+                taken, queue = queue[: rule.size], queue[rule.size :]
                 drawn_with = P[[row[i] for i in taken]] if P is not None else None
                 _label(store, task, items, y, np.array(taken), [1.0] * len(taken), "random", drawn_with)
                 continue
             counts = np.bincount(y[idx], minlength=len(task.options))
             held = np.isin(pool, idx)
-            chances = inclusion(gain(P, counts, rule) if P is not None else np.zeros(0), held, rule)
+            gains, sure = (gain(P, counts, rule), automatic(P, target)) if P is not None else (np.zeros(0), None)
+            chances = inclusion(gains, held, rule, sure)
             picked = pool[draw(chances, rng)]
             chance_of = dict(zip(pool.tolist(), chances.tolist()))
             known = set(idx.tolist())
@@ -154,8 +156,9 @@ def compare_orders(task, items, y, scored, used, config) -> dict:
         "confidence_level": config.run.confidence_level,
         "start_labels": config.start_labels,
         "test_size": config.test_size,
-        "round_size": config.round_size,
-        "floor": config.floor,
+        "round_size": config.rule.size,
+        "floor": config.rule.floor,
+        "sure_share": config.rule.sure,
         "max_labels": config.max_labels,
         "orders": orders,
         "honesty": honesty([r for o in orders.values() for r in o["replays"]], config.run.target_precision),
@@ -200,7 +203,10 @@ def plot_orders(result: dict, path: Path) -> None:
     accuracy.set(xlabel="labels", ylabel="test accuracy")
     share.legend(fontsize=8)
     accuracy.legend(fontsize=8)
-    fig.suptitle(f"{result['task']}: labelling orders (round of {result['round_size']}, floor {result['floor']:.0%})")
+    fig.suptitle(
+        f"{result['task']}: labelling orders (round of {result['round_size']}, floor {result['floor']:.0%}, "
+        f"sure share {result['sure_share']:.0%})"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

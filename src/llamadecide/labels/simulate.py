@@ -26,6 +26,7 @@ from llamadecide.calibration.data import LabelledItem, Task
 from llamadecide.calibration.thresholds import weighted_lower_bound
 from llamadecide.calibration.variants import Variant, VariantScores
 from llamadecide.decisions.maths import confidence
+from llamadecide.labels.active import DrawRule
 from llamadecide.labels.orders import compare_orders, plot_orders
 from llamadecide.labels.queue import draw_for_review, served_frame
 from llamadecide.labels.records import Label, ReviewItem, state_sha256
@@ -57,8 +58,7 @@ class SimulationConfig:
     )
     max_labels: int = option(1000, "With --order: labels to stop at", min=2)
     measure_every: int = option(100, "With --order: labels between refits (each measured on the test part)", min=1)
-    round_size: int = option(20, "With --order: new labels a round asks for", min=1)
-    floor: float = option(0.2, "With --order active: the uniform share of each draw", min=0.01, max=1.0)
+    rule: DrawRule = DrawRule()  # with --order: a round's size; with --order active, how it draws
 
 
 def score_universe(
