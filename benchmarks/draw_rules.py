@@ -29,7 +29,7 @@ from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.fitting import Candidate
 from llamadecide.calibration.selection import apply_variant, fit_variant
 from llamadecide.decisions.maths import HIDDEN_ONLY
-from llamadecide.labels.active import DrawRule, automatic, draw, gain, inclusion
+from llamadecide.labels.active import DrawRule, automatic, draw, gain, inclusion, parts
 from llamadecide.labels.replay import score_pool
 
 HEAD = Candidate("head", False, C=0.05, features=HIDDEN_ONLY)
@@ -85,14 +85,13 @@ def replay(pool: Pool, rule: DrawRule | None, target: float, size: int, max_labe
         chances = inclusion(gains, held, rule, sure)
         fresh = [n for n in draw(chances, rng) if not held[n]]
         # Each taken item's chance, split into the shares of the rule that gave it.
-        floor = rule.floor / len(items)
-        from_sure = rule.sure * sure / sure.sum() if sure.any() else np.full(len(items), rule.sure / len(items))
-        base = (1 - rule.floor - rule.sure) * gains / gains.sum() + floor + from_sure
+        by_gain, floor, from_sure = parts(gains, len(items), rule, sure)
+        base = by_gain + floor + from_sure
         counters.append(
             {
                 "labels": len(idx),
                 "taken": len(fresh),
-                "floor_share": float(np.mean(floor / base[fresh])) if fresh else None,
+                "floor_share": float(np.mean(floor[fresh] / base[fresh])) if fresh else None,
                 "sure_share": float(np.mean(from_sure[fresh] / base[fresh])) if fresh else None,
                 "expected_automatic": float(sure.mean()),
                 "drawing_accuracy": float((P[fresh].argmax(1) == y[items[fresh]]).mean()) if fresh else None,

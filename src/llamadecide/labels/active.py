@@ -73,15 +73,22 @@ def automatic(P: np.ndarray, target: float) -> np.ndarray:
     return expected
 
 
+def parts(gains: np.ndarray, n: int, rule: DrawRule, sure: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """Each of `n` pool items' share of a round by gain, by the floor and by the sure share (they sum
+    to 1 over the pool; `gains` empty: the gain's share is uniform; `sure`: the items expected
+    automatic, `automatic`, which the sure share is spread over, else it is uniform too)."""
+    share = np.full(n, 1.0 / n) if len(gains) == 0 else gains / gains.sum()
+    spread = sure / sure.sum() if sure is not None and sure.any() else np.full(n, 1.0 / n)
+    return (1.0 - rule.floor - rule.sure) * share, np.full(n, rule.floor / n), rule.sure * spread
+
+
 def inclusion(gains: np.ndarray, labelled: np.ndarray, rule: DrawRule, sure: np.ndarray | None = None) -> np.ndarray:
-    """Each pool item's chance of being drawn this round (`gains` empty: uniform); `sure`: the items
-    expected automatic (`automatic`), which the rule's sure share is spread over."""
+    """Each pool item's chance of being drawn this round: its `parts` scaled so that the unlabelled
+    items are expected to give `rule.size` new labels."""
     n = len(labelled)
     if n == 0:
         return np.zeros(0)
-    share = np.full(n, 1.0 / n) if len(gains) == 0 else gains / gains.sum()
-    spread = sure / sure.sum() if sure is not None and sure.any() else np.full(n, 1.0 / n)
-    base = (1.0 - rule.floor - rule.sure) * share + rule.floor / n + rule.sure * spread
+    base = sum(parts(gains, n, rule, sure))
     unlabelled = ~labelled
     wanted = min(rule.size, int(unlabelled.sum()))
     if wanted == 0:
