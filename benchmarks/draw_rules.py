@@ -114,13 +114,13 @@ def replay(pool: Pool, rule: DrawRule | None, run: RunConfig, size: int, max_lab
     points, counters, next_point = [], [], len(labelled)
     k = data.L.shape[1]
     round_ = 0
+    run_at = dataclasses.replace(run, seed=seed)  # the hold-out drawn by the replay's seed
     while True:
         idx = np.array(labelled)
         at_point = len(idx) >= next_point or len(idx) >= max_labels
         head = fit_variant(HEAD, data, idx, y[idx]) if at_point or rule is not None else None
         if at_point:
             accuracy = float((apply_variant(head, data, pool.test).argmax(1) == y[pool.test]).mean())
-            run_at = dataclasses.replace(run, seed=seed)
             certified = certified_point(pool, idx, [tuple(draws[int(i)]) for i in idx], run_at)
             points.append({"labels": len(idx), "test_accuracy": accuracy, **certified})
             next_point += every
@@ -186,6 +186,9 @@ def summary(runs: dict[str, list[dict]], at: tuple[int, ...], shares: tuple[floa
     for name, replays in runs.items():
         reached = [first_reaching(r["points"], "test_accuracy", accuracy) for r in replays] if accuracy else []
         certified = [p for r in replays for p in r["points"] if p["true_precision"] is not None]
+        to_certified = {
+            f"{share:.0%}": [first_reaching(r["points"], "auto_share", share) for r in replays] for share in shares
+        }
         rounds = [c for r in replays for c in r["counters"]]
 
         def median(key, early, rounds=rounds):
@@ -196,15 +199,8 @@ def summary(runs: dict[str, list[dict]], at: tuple[int, ...], shares: tuple[floa
             **{f"accuracy_at_{n}": float(np.median([accuracy_at(r["points"], n) for r in replays])) for n in at},
             "labels_to_random_accuracy": median_labels(reached) if reached else None,
             "per_seed_labels_to_random_accuracy": reached,
-            **{
-                f"labels_to_{share:.0%}_certified": median_labels(
-                    [first_reaching(r["points"], "auto_share", share) for r in replays]
-                )
-                for share in shares
-            },
-            "per_seed_labels_to_certified": {
-                f"{share:.0%}": [first_reaching(r["points"], "auto_share", share) for r in replays] for share in shares
-            },
+            **{f"labels_to_{share}_certified": median_labels(seeds) for share, seeds in to_certified.items()},
+            "per_seed_labels_to_certified": to_certified,
             "certified_points": len(certified),
             "certified_below_target": sum(p["true_precision"] < target for p in certified),
             **{
