@@ -91,7 +91,6 @@ def certified_point(pool: Pool, idx: np.ndarray, draws: list[tuple[Draw, ...]], 
             target=run.target_precision,
             confidence_level=run.confidence_level,
             weights=weights,
-            stages=run.certify_stages,
         )
     P_test = apply_variant(served, data, pool.test)
     correct = P_test.argmax(1) == y[pool.test]
@@ -224,7 +223,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-size", type=int, default=50)
     parser.add_argument("--target-precision", type=float, default=0.95)
     parser.add_argument("--cross-fit", type=int, default=0, help="certify out of fold on K folds (0: held out)")
-    parser.add_argument("--stages", type=int, default=1, help="the threshold test's stages (RunConfig.certify_stages)")
     parser.add_argument("--shares", type=float, nargs="+", default=[0.5, 0.8], help="certified shares to report")
     parser.add_argument("--prompt-format", default="llamadecide-3")
     parser.add_argument("--seeds", type=int, default=5)
@@ -246,7 +244,6 @@ def main(argv: list[str] | None = None) -> int:
         prompt_formats=(args.prompt_format,),
         target_precision=args.target_precision,
         cross_fit=args.cross_fit,
-        certify_stages=args.stages,
     )
     engine = engine_for(args.model, n_ctx=8192)
     try:
@@ -271,7 +268,6 @@ def main(argv: list[str] | None = None) -> int:
         "test": args.test,
         "target_precision": args.target_precision,
         "cross_fit": args.cross_fit,
-        "stages": args.stages,
         "summary": summary(runs, (300, 600, 1000), tuple(args.shares), args.target_precision),
         "runs": runs,
     }

@@ -9,7 +9,6 @@ from llamadecide.calibration.thresholds import (
     evaluate_threshold,
     select_threshold,
     smallest_passing_sample,
-    stage_starts,
 )
 
 
@@ -47,33 +46,6 @@ def test_sequence_stops_at_the_first_failure():
     assert select_threshold(conf, correct, target=0.9, confidence_level=0.95) is None
 
 
-def test_stages_start_where_the_tested_items_double():
-    assert stage_starts([60, 80, 120, 240, 500], stages=3, min_auto=58) == [0, 2, 3]
-    assert stage_starts([60, 80, 120, 240, 500], stages=1, min_auto=58) == [0]
-    assert stage_starts([60, 70], stages=4, min_auto=58) == [0]  # never twice the fewest: one stage
-    assert stage_starts([], stages=2, min_auto=58) == []
-
-
-def test_with_two_stages_a_failure_at_the_top_ends_only_the_first_stage():
-    # six confident mistakes in 70: the strictest tested threshold fails, and with one stage nothing
-    # looser is tested; the second stage starts where 116 items are tested and certifies them all
-    conf = np.array([0.99] * 70 + [0.8] * 500)
-    correct = np.array([True] * 64 + [False] * 6 + [True] * 500)
-    assert select_threshold(conf, correct, target=0.9, confidence_level=0.95) is None
-    found = select_threshold(conf, correct, target=0.9, confidence_level=0.95, stages=2)
-    assert found is not None and found.auto == 570 and found.threshold == 0.0
-    # the second stage is tested at half the error level: its bound is the 97.5% one
-    assert found.lower_bound == pytest.approx(clopper_pearson_lower(564, 570, 0.975))
-
-
-def test_a_stage_tested_at_its_share_of_the_error_level_can_fail_where_one_stage_passes():
-    # 200 items, right on 188: the 95% bound clears 0.9, the 97.5% one (each of two stages) does not
-    conf, correct = np.full(200, 0.9), np.arange(200) >= 12
-    assert clopper_pearson_lower(188, 200, 0.95) >= 0.9 > clopper_pearson_lower(188, 200, 0.975)
-    assert select_threshold(conf, correct, target=0.9, confidence_level=0.95) is not None
-    assert select_threshold(conf, correct, target=0.9, confidence_level=0.95, stages=2) is None
-
-
 def _calibrated_world(rng, n):
     conf = rng.beta(5, 2, n)  # confidence values, and the chance of being right equals them
     return conf, rng.uniform(size=n) < conf
@@ -97,35 +69,6 @@ def test_test_precision_misses_target_no_more_often_than_the_error_level():
             misses += 1
     assert chosen > 150
     assert misses / 200 <= delta
-
-
-def _world_with_confident_mistakes(rng, n):
-    """Calibrated but for the surest answers (6% of them), which are right only 80% of the time."""
-    conf = rng.beta(5, 2, n)
-    return conf, rng.uniform(size=n) < np.where(conf >= 0.93, 0.8, conf)
-
-
-def test_stages_certify_past_confident_mistakes_and_keep_the_error_level():
-    """300 draws of 1,000 items from a world whose surest answers hold its mistakes: one stage
-    (fixed sequence) stops at them and rarely certifies, three stages certify several times as often,
-    and either misses the target (true precision from 4 million items of the world) in at most 5%."""
-    rng = np.random.default_rng(123)
-    conf, correct = _world_with_confident_mistakes(rng, 4_000_000)
-    order = np.argsort(-conf)
-    running = np.cumsum(correct[order]) / np.arange(1, len(conf) + 1)
-
-    def true_precision(t):
-        return running[np.searchsorted(-conf[order], -t, side="right") - 1]
-
-    certified, misses = {}, {}
-    for stages in (1, 3):
-        rng = np.random.default_rng(0)
-        draws = [_world_with_confident_mistakes(rng, 1000) for _ in range(300)]
-        found = [select_threshold(*draw, target=0.82, confidence_level=0.95, stages=stages) for draw in draws]
-        certified[stages] = sum(f is not None for f in found)
-        misses[stages] = sum(f is not None and true_precision(f.threshold) < 0.82 for f in found)
-    assert certified[3] >= 3 * max(certified[1], 1)
-    assert misses[1] <= 0.05 * 300 and misses[3] <= 0.05 * 300
 
 
 def test_conformal_sets_cover_at_the_stated_rate():

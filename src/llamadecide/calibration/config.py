@@ -62,15 +62,6 @@ class RunConfig:
         min=0,
         max=20,
     )
-    certify_stages: int = option(
-        1,
-        "Stages of the threshold test: the error level split evenly over this many starts down the thresholds "
-        "(the strictest tested, then where the items tested reach twice, four times ... the fewest a threshold "
-        "is tested with), a failed test ending its stage, not the test (fallback procedure; 1: fixed sequence, "
-        "stopping at the first failure; docs/calibration.md)",
-        min=1,
-        max=8,
-    )
     conformal_alpha: float = option(0.1, "Miscoverage of conformal sets", min=0.0, max=1.0)
     compare_modes: bool = option(False, "Also score in the other mode (text vs labels) and keep the better")
     rotations: int = option(

@@ -227,7 +227,6 @@ def certify(found: Evidence, config: RunConfig) -> Certified:
             target=config.target_precision,
             confidence_level=config.confidence_level,
             weights=None if uniform else weights,
-            stages=config.certify_stages,
         )
         if found.part in ("held out", "cross-fitted") or config.certify_share == 0
         else None
@@ -238,7 +237,6 @@ def certify(found: Evidence, config: RunConfig) -> Certified:
         correct[certifying],
         target=config.target_precision,
         confidence_level=config.confidence_level,
-        stages=config.certify_stages,
     )
     return Certified(threshold, supported, conformal_quantile(P, y, config.conformal_alpha))
 

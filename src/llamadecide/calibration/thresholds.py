@@ -30,7 +30,7 @@ def weighted_lower_bound(correct: np.ndarray, weights: np.ndarray, confidence: f
     if total <= 0:
         return 0.0, 0.0, 0.0
     precision = float(weights[np.asarray(correct, dtype=bool)].sum()) / total
-    n = _effective_size(weights)
+    n = total**2 / float((weights**2).sum())
     successes = precision * n
     if successes <= 0:
         return precision, 0.0, n
@@ -73,76 +73,66 @@ def select_threshold(
     grid: tuple[float, ...] = DEFAULT_GRID,
     min_auto: int | None = None,
     weights: np.ndarray | None = None,
-    stages: int = 1,
 ) -> Threshold | None:
-    """Learn-then-Test. For each threshold t of a fixed grid, H_t says "precision of answers with
-    confidence >= t is below target"; it is rejected when the Clopper-Pearson lower bound clears
-    the target. Thresholds that auto-handle fewer than `min_auto` items (default: twice the
-    smallest sample that could clear the target at all) are not tested, since they could only stop
-    the sequence. The rest are tested from strictest to loosest by the fallback procedure (Wiens
-    2003): the error level 1 - confidence_level is split evenly over `stages`
-    starts (`stage_starts`: the strictest tested threshold, then the first to hold twice, four
-    times ... `min_auto` items); a rejection passes its level on to the next threshold, and a failure
-    ends its stage, not the sequence. This controls the chance of choosing any threshold that misses
-    the target at 1 - confidence_level; one stage is fixed-sequence testing (stop at the first
-    failure). Which thresholds are tested, and where stages start, depends on the confidences (and
-    weights) alone, not on the labels, so the error control holds. Returns the loosest rejected
-    threshold, or None when none is. With `weights`, only items of positive weight are tested, each
-    counting its weight (`weighted_lower_bound`; `min_auto` is then an effective size)."""
+    """Learn-then-Test with fixed-sequence testing. For each threshold t of a fixed grid, from
+    strictest to loosest, H_t says "precision of answers with confidence >= t is below target";
+    it is rejected when the Clopper-Pearson lower bound clears the target. Testing stops at the
+    first non-rejection, which controls the chance of choosing any threshold that misses the
+    target at 1 - confidence_level without a multiplicity penalty. Thresholds that auto-handle
+    fewer than `min_auto` items (default: twice the smallest sample that could clear the target
+    at all) are not tested, since they could only stop the sequence; which ones that is depends on
+    the confidences alone, not on the labels, so the error control holds. Returns the loosest
+    rejected threshold, or None when even the strictest tested one fails. With `weights`, only items
+    of positive weight are tested, each counting its weight (`weighted_lower_bound`; `min_auto` is
+    then an effective size)."""
     if min_auto is None:
         min_auto = fewest_tested(target, confidence_level)
-    weighted = weights is not None
-    weights = np.ones(len(conf)) if weights is None else np.asarray(weights, dtype=float)
-    certify = weights > 0
-    conf = np.asarray(conf, dtype=float)[certify]
-    correct = np.asarray(correct, dtype=bool)[certify]
-    weights = weights[certify]
-    total = float(weights.sum())
-    tested, sizes = [], []  # the thresholds tested, strictest first, and the (effective) items at each
+    conf = np.asarray(conf, dtype=float)
+    correct = np.asarray(correct, dtype=bool)
+    if weights is not None:
+        return _select_weighted(
+            conf, correct, np.asarray(weights, dtype=float), target, confidence_level, grid, min_auto
+        )
+    chosen: Threshold | None = None
     for t in sorted(grid, reverse=True):
         mask = conf >= t
-        size = _effective_size(weights[mask]) if weighted else float(mask.sum())
-        if mask.any() and size >= min_auto:
-            tested.append((float(t), mask))
-            sizes.append(size)
-    starts = stage_starts(sizes, stages, min_auto)
-    share = (1.0 - confidence_level) / max(len(starts), 1)
-    chosen: Threshold | None = None
-    carried = 0.0  # the level a rejection passes on to the next threshold
-    for i, (t, mask) in enumerate(tested):
-        level = (share if i in starts else 0.0) + carried
-        carried = 0.0
-        if level <= 0:
+        n = int(mask.sum())
+        if n < min_auto:
             continue
-        if weighted:
-            precision, bound, effective = weighted_lower_bound(correct[mask], weights[mask], 1.0 - level)
-        else:
-            n, k = int(mask.sum()), int(correct[mask].sum())
-            precision, bound, effective = k / n, clopper_pearson_lower(k, n, 1.0 - level), None
-        if bound >= target:
-            share_auto = float(weights[mask].sum()) / total
-            chosen = Threshold(t, target, confidence_level, int(mask.sum()), precision, bound, share_auto, effective)
-            carried = level
+        k = int(correct[mask].sum())
+        bound = clopper_pearson_lower(k, n, confidence_level)
+        if bound < target:
+            break
+        chosen = Threshold(float(t), target, confidence_level, n, k / n, bound, n / len(conf))
     return chosen
 
 
-def stage_starts(sizes: list[float], stages: int, min_auto: float) -> list[int]:
-    """Where the fallback sequence's stages start among the tested thresholds (strictest first, with
-    `sizes` items each): the first, then the first to hold twice `min_auto` items, four times, ...,
-    up to `stages` starts."""
-    starts: list[int] = []
-    for i, size in enumerate(sizes):
-        if len(starts) == stages:
+def _select_weighted(
+    conf: np.ndarray,
+    correct: np.ndarray,
+    weights: np.ndarray,
+    target: float,
+    confidence_level: float,
+    grid: tuple[float, ...],
+    min_auto: float,
+) -> Threshold | None:
+    """`select_threshold` on a weighted sample: the same fixed sequence, each test at the effective size."""
+    certify = weights > 0
+    conf, correct, weights = conf[certify], correct[certify], weights[certify]
+    total = float(weights.sum())
+    chosen: Threshold | None = None
+    for t in sorted(grid, reverse=True):
+        mask = conf >= t
+        if not mask.any():
+            continue
+        precision, bound, n = weighted_lower_bound(correct[mask], weights[mask], confidence_level)
+        if n < min_auto:
+            continue
+        if bound < target:
             break
-        if size >= min_auto * 2 ** len(starts):
-            starts.append(i)
-    return starts
-
-
-def _effective_size(weights: np.ndarray) -> float:
-    """Kish's effective sample size, (sum w)^2 / sum w^2 (0 for no items)."""
-    squares = float((weights**2).sum())
-    return float(weights.sum()) ** 2 / squares if squares > 0 else 0.0
+        share = float(weights[mask].sum()) / total
+        chosen = Threshold(float(t), target, confidence_level, int(mask.sum()), precision, bound, share, n)
+    return chosen
 
 
 def evaluate_threshold(conf: np.ndarray, correct: np.ndarray, threshold: float) -> dict:
@@ -190,7 +180,6 @@ def reachable(
     target: float,
     confidence_level: float,
     targets: tuple[float, ...] = REACHABLE_TARGETS,
-    stages: int = 1,
 ) -> dict:
     """What the labelled items support when a target is out of reach: the guaranteed coverage at
     other precisions (each chosen as `select_threshold` would, so each is a guarantee of its own),
@@ -200,7 +189,7 @@ def reachable(
     correct = np.asarray(correct, dtype=bool)
     at = []
     for goal in sorted({*targets, target}):
-        found = select_threshold(conf, correct, target=goal, confidence_level=confidence_level, stages=stages)
+        found = select_threshold(conf, correct, target=goal, confidence_level=confidence_level)
         at.append(
             {
                 "precision": goal,

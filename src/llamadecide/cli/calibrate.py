@@ -26,14 +26,7 @@ LabelColumnOption = Annotated[str, typer.Option("--label-column", help="Column h
 # The RunConfig fields of a labelled file's split, and of what a threshold guarantees and is
 # certified on: every command that certifies takes the second, those that split a file the first.
 SPLIT_FLAGS = ("calibration_size", "test_size", "seed")
-GUARANTEE_FLAGS = (
-    "target_precision",
-    "confidence_level",
-    "certify_share",
-    "certify_tilt",
-    "cross_fit",
-    "certify_stages",
-)
+GUARANTEE_FLAGS = ("target_precision", "confidence_level", "certify_share", "certify_tilt", "cross_fit")
 # The RunConfig fields a calibration run takes as flags.
 RUN_FLAGS = (
     *SPLIT_FLAGS,
