@@ -240,6 +240,25 @@ def test_too_few_items_to_hold_out_fit_every_label_and_certify_nothing():
     assert certify(out_of_fold, _run_config(target_precision=0.95, certify_share=0.0)).threshold is not None
 
 
+def test_the_labels_a_target_needs_are_counted_in_labels_of_which_only_the_held_out_share_certifies():
+    """calibrate's (and the label page's) estimate of the labels a target needs counts every label:
+    100 held-out items of 200 labels need twice the labels the same 100 items would alone, and
+    while too few are held out (out of fold on every label), the share that will certify counts."""
+    from llamadecide.calibration.steps import Evidence, certify
+
+    def evidence(n, part):
+        P = np.tile([0.97, 0.03], (n, 1))
+        return Evidence(np.arange(n), P, (np.arange(n) % 25 == 0).astype(int), np.ones(n), part)
+
+    config = _run_config(target_precision=0.95)
+    alone = certify(evidence(100, "held out"), config).reachable["labels_needed"]
+    held = certify(evidence(100, "held out"), config, labels=200).reachable["labels_needed"]
+    assert abs(held["labelled"] - 2 * alone["labelled"]) <= 1 and held["more"] == held["labelled"] - 200 > 0
+    every = certify(evidence(160, "out of fold"), config).reachable["labels_needed"]
+    half_to_certify = certify(evidence(160, "out of fold"), config, labels=160).reachable["labels_needed"]
+    assert abs(half_to_certify["labelled"] - 2 * every["labelled"]) <= 1
+
+
 def test_a_threshold_is_certified_on_the_served_models_probabilities_for_items_it_never_fitted(tmp_path):
     """The evidence a threshold is certified on: the held-out items, none of them fitted, with the
     fitted (served) calibrator's own probabilities for them, not out-of-fold ones."""

@@ -140,3 +140,21 @@ def test_within_one_standard_error_the_cheaper_head_to_serve_is_chosen():
     assert choose([costly, cheap])[0]["label"] == "input alone"
     worse = result("input alone, worse", "llamadecide-5", 23.0, losses + noise + 0.2)
     assert choose([costly, worse])[0]["label"] == "question first"
+
+
+def test_the_labels_a_target_needs_count_every_label_though_only_a_share_certifies():
+    from llamadecide.calibration.thresholds import labels_needed
+
+    conf = np.linspace(0.99, 0.5, 100)
+    correct = ~np.isin(np.arange(100), [0, 1, 40, 41])  # 96 of 100 right
+    alone = labels_needed(conf, correct, target=0.92, confidence_level=0.95)
+    # the same certifying items held out of 200 labels: every label counts, half of them certify
+    held = labels_needed(conf, correct, target=0.92, confidence_level=0.95, labels=200)
+    assert held["labelled"] in (2 * alone["labelled"] - 1, 2 * alone["labelled"], 2 * alone["labelled"] + 1)
+    assert held["more"] == held["labelled"] - 200 > alone["more"] > 0
+    # drawn with unequal chances (weights 1 and 3, the weighted precision the same 0.96), the items
+    # count at their effective size, and the target needs more labels
+    weights = np.where(np.arange(100) % 2 == 0, 1.0, 3.0)
+    weighted = labels_needed(conf, correct, target=0.92, confidence_level=0.95, weights=weights, labels=200)
+    assert weighted["observed_precision"] == pytest.approx(held["observed_precision"])
+    assert weighted["labelled"] > held["labelled"]

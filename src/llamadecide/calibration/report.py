@@ -171,9 +171,8 @@ def reachable_lines(th: dict) -> list[str]:
         )
     else:
         lines.append(
-            f"the target needs about {need['labelled']} labelled calibration items ({need['more']} more) at "
-            f"the "
-            f"precision the answers with confidence >= {need['threshold']:.2f} show now "
+            f"the target needs about {need['labelled']} labelled calibration items in all ({need['more']} more) "
+            f"at the precision the answers with confidence >= {need['threshold']:.2f} show now "
             f"({need['observed_precision']:.3f} on {need['coverage']:.1%} of items)"
         )
     return lines

@@ -212,11 +212,13 @@ class Certified:
     qhat: float
 
 
-def certify(found: Evidence, config: RunConfig) -> Certified:
+def certify(found: Evidence, config: RunConfig, labels: int | None = None) -> Certified:
     """The loosest threshold whose automatic answers clear the target precision at the confidence
     level, on the certifying items (each with its weight), what the items support when none does,
     and the conformal quantile. Where a share was to be held out and too few items were to hold
-    (`hold_out`), out-of-fold probabilities say what is reachable but certify nothing."""
+    (`hold_out`), out-of-fold probabilities say what is reachable but certify nothing. `labels`: how
+    many labels the run had (default: the certifying items), so that the labels the target needs are
+    counted in labels, of which only the held-out share certifies."""
     P, y, weights = found.P, found.y, found.weights
     conf, correct = confidence(P), P.argmax(1) == y
     uniform = bool(np.all(weights == 1.0))
@@ -231,12 +233,15 @@ def certify(found: Evidence, config: RunConfig) -> Certified:
         if found.part in ("held out", "cross-fitted") or config.certify_share == 0
         else None
     )
-    certifying = weights > 0
+    if labels is not None and found.part == "out of fold" and config.certify_share > 0:
+        labels = labels / config.certify_share  # every label reads out of fold now; a share will certify
     supported = reachable(
-        conf[certifying],
-        correct[certifying],
+        conf,
+        correct,
         target=config.target_precision,
         confidence_level=config.confidence_level,
+        weights=None if uniform else weights,
+        labels=labels,
     )
     return Certified(threshold, supported, conformal_quantile(P, y, config.conformal_alpha))
 
@@ -295,7 +300,7 @@ def fit_and_certify(
     )
     position = {int(i): n for n, i in enumerate(idx)}
     found = evidence(data, fit, y, idx[split.held], split.draws(draws), [draws[position[int(i)]] for i in fit.fit_on])
-    certified = certify(found, config)
+    certified = certify(found, config, labels=len(idx))
     folds = len(fit.calibrator.folds) if isinstance(fit.calibrator, CrossFitted) else 0
     counts = {**held_out_counts(draws, split), "cross_fitted": folds}
     return Calibrated(scored, split, choice, fit, found, certified, counts)

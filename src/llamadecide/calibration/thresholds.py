@@ -180,16 +180,19 @@ def reachable(
     target: float,
     confidence_level: float,
     targets: tuple[float, ...] = REACHABLE_TARGETS,
+    weights: np.ndarray | None = None,
+    labels: float | None = None,
 ) -> dict:
     """What the labelled items support when a target is out of reach: the guaranteed coverage at
     other precisions (each chosen as `select_threshold` would, so each is a guarantee of its own),
-    and roughly how many labelled items the target would need at the precision the most confident
-    answers show now (None when none of them is above the target: more labels would not help)."""
+    and roughly how many labels the target would need at the precision the most confident answers
+    show now (`labels_needed`; None when none of them is above the target: more labels would not
+    help). `weights` and `labels` as `labels_needed` takes them."""
     conf = np.asarray(conf, dtype=float)
     correct = np.asarray(correct, dtype=bool)
     at = []
     for goal in sorted({*targets, target}):
-        found = select_threshold(conf, correct, target=goal, confidence_level=confidence_level)
+        found = select_threshold(conf, correct, target=goal, confidence_level=confidence_level, weights=weights)
         at.append(
             {
                 "precision": goal,
@@ -199,7 +202,9 @@ def reachable(
         )
     return {
         "at_precision": at,
-        "labels_needed": labels_needed(conf, correct, target=target, confidence_level=confidence_level),
+        "labels_needed": labels_needed(
+            conf, correct, target=target, confidence_level=confidence_level, weights=weights, labels=labels
+        ),
     }
 
 
@@ -209,33 +214,43 @@ def labels_needed(
     *,
     target: float,
     confidence_level: float,
+    weights: np.ndarray | None = None,
+    labels: float | None = None,
     grid: tuple[float, ...] = DEFAULT_GRID,
     min_items: int = 10,
 ) -> dict | None:
-    """The fewest labelled items with which some threshold's answers, at their observed precision
-    and share of items, would clear `target` at `confidence_level` (the Clopper-Pearson bound of
-    `select_threshold`), over the thresholds that hold at least `min_items` items now."""
+    """The fewest labels with which some threshold's answers, at their observed precision and at the
+    effective items a label gives there now, would clear `target` at `confidence_level` (the bound of
+    `select_threshold`), over the thresholds that hold at least `min_items` certifying items now.
+    `conf` and `correct` are the certifying items', `weights` their certification weights (items of
+    weight 0 do not certify; unequal weights count at their effective size), and `labels` how many
+    labels they stand for (default: as many as the items; with half the labels held out to certify,
+    twice as many): `labelled` is then labels in all, and `more` beyond `labels`."""
+    weights = np.ones(len(conf)) if weights is None else np.asarray(weights, dtype=float)
+    certify = weights > 0
+    conf = np.asarray(conf, dtype=float)[certify]
+    correct = np.asarray(correct, dtype=bool)[certify]
+    weights = weights[certify]
+    labels = float(len(conf)) if labels is None else float(labels)
     best: dict | None = None
-    total = len(conf)
     for t in sorted(grid, reverse=True):
         mask = conf >= t
-        n = int(mask.sum())
-        if n < min_items:
+        if int(mask.sum()) < min_items:
             continue
-        precision = float(correct[mask].mean())
+        precision, _, effective = weighted_lower_bound(correct[mask], weights[mask], confidence_level)
         if precision <= target:
             continue
         auto = _auto_items_needed(precision, target, confidence_level)
         if auto is None:
             continue
-        needed = int(np.ceil(auto * total / n))
+        needed = int(np.ceil(auto * labels / effective))
         if best is None or needed < best["labelled"]:
             best = {
                 "threshold": float(t),
-                "coverage": n / total,
+                "coverage": float(weights[mask].sum() / weights.sum()),
                 "observed_precision": precision,
                 "labelled": needed,
-                "more": max(0, needed - total),
+                "more": max(0, needed - int(round(labels))),
             }
     return best
 

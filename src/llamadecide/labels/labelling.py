@@ -187,7 +187,9 @@ class LabellingSession:
             "method": choice.chosen["label"],
             "threshold": threshold,
             "certified_auto_share": share if threshold is not None else None,
-            "next_step": _next_step(certified.reachable, self.config.run.target_precision, len(kept)),
+            "next_step": _next_step(
+                certified.reachable, self.config.run.target_precision, len(kept), threshold is not None
+            ),
             "refits": self.figures.get("refits", 0) + 1,
             "refit_labels": int(len(kept)),
         }
@@ -255,15 +257,17 @@ def initial_probabilities(
     return Calibrator().apply(answered[0].L, None) if answered else None
 
 
-def _next_step(found: dict, target: float, labels: int) -> str:
-    """What calibrate estimates the next step needs, in a line."""
+def _next_step(found: dict, target: float, labels: int, certified: bool) -> str:
+    """What calibrate estimates the next step needs, in a line (labels in all: `labels_needed`)."""
     need = found.get("labels_needed")
     if need is None:
         return f"no confident slice is above precision {target} yet: label on"
     more = max(0, need["labelled"] - labels)
-    if more == 0:
-        return f"precision {target} is certified on {need['coverage']:.0%} of the labels' items"
-    return f"about {more} more labels to certify precision {target} on {need['coverage']:.0%} of items"
+    if more > 0:
+        return f"about {more} more labels to certify precision {target} on {need['coverage']:.0%} of items"
+    if certified:
+        return f"precision {target} is certified; more labels widen the share it covers"
+    return f"at the precision seen these labels would do for precision {target}, but its test has not cleared: label on"
 
 
 def pool_items(path: Path, text_column: str, id_column: str | None) -> list[LabelledItem]:
