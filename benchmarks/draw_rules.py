@@ -37,7 +37,7 @@ from llamadecide.calibration.data import load_task, read_labelled
 from llamadecide.calibration.fitting import Candidate
 from llamadecide.calibration.holdout import cross_fitting, hold_out
 from llamadecide.calibration.selection import apply_variant, fit_variant
-from llamadecide.calibration.thresholds import select_threshold
+from llamadecide.calibration.thresholds import select_threshold, weighted_lower_bound
 from llamadecide.decisions.maths import HIDDEN_ONLY
 from llamadecide.labels.active import DrawRule, automatic, draw, gain, inclusion, parts
 from llamadecide.labels.replay import score_pool
@@ -95,11 +95,21 @@ def certified_point(pool: Pool, idx: np.ndarray, draws: list[tuple[Draw, ...]], 
     P_test = apply_variant(served, data, pool.test)
     correct = P_test.argmax(1) == y[pool.test]
     auto = P_test.max(1) >= found.threshold if found else np.zeros(len(pool.test), dtype=bool)
+    at_80 = None
+    if len(certifying):  # what limits certifying 80%: the certifying items above the test part's 80% threshold
+        above = P.max(1) >= np.quantile(P_test.max(1), 0.2)
+        precision, bound, effective = weighted_lower_bound(
+            (P.argmax(1) == y[certifying])[above], weights[above], run.confidence_level
+        )
+        at_80 = {"items": int(above.sum()), "effective": effective, "precision": precision, "bound": bound}
     return {
         "served_accuracy": float(correct.mean()),
         "threshold": found.threshold if found else None,
         "auto_share": float(auto.mean()),
         "true_precision": float(correct[auto].mean()) if auto.any() else None,
+        "certifying": int((weights > 0).sum()),
+        "certifying_effective": float(weights.sum() ** 2 / (weights**2).sum()) if weights.any() else 0.0,
+        "at_80": at_80,
     }
 
 
