@@ -184,9 +184,11 @@ def test_a_refit_that_certifies_nothing_leaves_its_certified_parent_served(tmp_p
 def test_the_next_step_says_certified_only_when_a_threshold_is():
     from llamadecide.labels.labelling import _next_step
 
-    need = {"labels_needed": {"labelled": 300, "coverage": 0.8}}
-    assert _next_step(need, 0.9, 200, certified=False).startswith("about 100 more labels")
-    enough = _next_step(need, 0.9, 300, certified=False)
+    def need(more):
+        return {"labels_needed": {"labelled": 300, "more": more, "coverage": 0.8}}
+
+    assert _next_step(need(100), 0.9, certified=False).startswith("about 100 more labels")
+    enough = _next_step(need(0), 0.9, certified=False)
     assert "certified" not in enough and "label on" in enough
-    assert "is certified" in _next_step(need, 0.9, 300, certified=True)
-    assert "label on" in _next_step({"labels_needed": None}, 0.9, 300, certified=False)
+    assert "is certified" in _next_step(need(0), 0.9, certified=True)
+    assert "label on" in _next_step({"labels_needed": None}, 0.9, certified=False)

@@ -187,9 +187,7 @@ class LabellingSession:
             "method": choice.chosen["label"],
             "threshold": threshold,
             "certified_auto_share": share if threshold is not None else None,
-            "next_step": _next_step(
-                certified.reachable, self.config.run.target_precision, len(kept), threshold is not None
-            ),
+            "next_step": _next_step(certified.reachable, self.config.run.target_precision, threshold is not None),
             "refits": self.figures.get("refits", 0) + 1,
             "refit_labels": int(len(kept)),
         }
@@ -257,12 +255,12 @@ def initial_probabilities(
     return Calibrator().apply(answered[0].L, None) if answered else None
 
 
-def _next_step(found: dict, target: float, labels: int, certified: bool) -> str:
+def _next_step(found: dict, target: float, certified: bool) -> str:
     """What calibrate estimates the next step needs, in a line (labels in all: `labels_needed`)."""
     need = found.get("labels_needed")
     if need is None:
         return f"no confident slice is above precision {target} yet: label on"
-    more = max(0, need["labelled"] - labels)
+    more = need["more"]
     if more > 0:
         return f"about {more} more labels to certify precision {target} on {need['coverage']:.0%} of items"
     if certified:
