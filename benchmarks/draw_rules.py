@@ -82,26 +82,20 @@ def certified_point(pool: Pool, idx: np.ndarray, draws: list[tuple[Draw, ...]], 
         split = hold_out(draws, run)
         served = fit_variant(HEAD, data, idx[~split.held], y[idx[~split.held]])
         certifying, weights = idx[split.held], certification_weights(split.draws(draws))
-    found = None
+    P_test = apply_variant(served, data, pool.test)
+    confident, correct = P_test.max(1), P_test.argmax(1) == y[pool.test]
+    found, at_80 = None, None
     if len(certifying):
         P = apply_variant(served, data, certifying)
+        conf, right = P.max(1), P.argmax(1) == y[certifying]
         found = select_threshold(
-            P.max(1),
-            P.argmax(1) == y[certifying],
-            target=run.target_precision,
-            confidence_level=run.confidence_level,
-            weights=weights,
+            conf, right, target=run.target_precision, confidence_level=run.confidence_level, weights=weights
         )
-    P_test = apply_variant(served, data, pool.test)
-    correct = P_test.argmax(1) == y[pool.test]
-    auto = P_test.max(1) >= found.threshold if found else np.zeros(len(pool.test), dtype=bool)
-    at_80 = None
-    if len(certifying):  # what limits certifying 80%: the certifying items above the test part's 80% threshold
-        above = P.max(1) >= np.quantile(P_test.max(1), 0.2)
-        precision, bound, effective = weighted_lower_bound(
-            (P.argmax(1) == y[certifying])[above], weights[above], run.confidence_level
-        )
+        # what limits certifying 80%: the certifying items above the test part's 80% threshold
+        above = conf >= np.quantile(confident, 0.2)
+        precision, bound, effective = weighted_lower_bound(right[above], weights[above], run.confidence_level)
         at_80 = {"items": int(above.sum()), "effective": effective, "precision": precision, "bound": bound}
+    auto = confident >= found.threshold if found else np.zeros(len(pool.test), dtype=bool)
     return {
         "served_accuracy": float(correct.mean()),
         "threshold": found.threshold if found else None,
