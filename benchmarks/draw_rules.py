@@ -7,7 +7,7 @@ fewer than three labels.
     python -m benchmarks.draw_rules [--dataset banking77] [--rule random] [--rule floor=0.2] \\
         [--rule floor=0.2,sure=0.5] [--seeds 5] [--out DIR]
 
-A rule is `random` or the fields of `labels.active.DrawRule` (floor, sure, focus, rarity; the round size is
+A rule is `random` or the fields of `labels.active.DrawRule` (floor, sure, rarity; the round size is
 `--round-size`); every replay draws with the product's own `gain`, `automatic`, `inclusion` and
 `draw`. The pool is the file's items but the test part (a seeded split a seed), scored once with
 calibrate's scoring (cached in DIR); the head is `head (hidden state, C=0.05)` on the prompt format's

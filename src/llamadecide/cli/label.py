@@ -27,7 +27,7 @@ from llamadecide.settings import Settings
     "prompt_formats",
     "row_budget",
 )
-@config_flags(DrawRule, "size", "floor", "sure", "focus", panel="Drawing", into="rule")
+@config_flags(DrawRule, "size", "floor", "sure", panel="Drawing", into="rule")
 @settings_flags(*SCORING_SETTINGS)
 def label_command(
     data: Annotated[Path, typer.Argument(help="Unlabelled file: CSV, TSV or JSON Lines")],

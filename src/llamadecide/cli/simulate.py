@@ -38,7 +38,7 @@ from llamadecide.settings import Settings
     panel="Simulation",
     into="simulation",
 )
-@config_flags(DrawRule, "size", "floor", "sure", "focus", panel="Drawing (with --order)", into="rule")
+@config_flags(DrawRule, "size", "floor", "sure", panel="Drawing (with --order)", into="rule")
 @config_flags(
     RunConfig,
     "seed",

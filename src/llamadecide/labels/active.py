@@ -6,8 +6,8 @@ nothing and counts in the round's frame): each item independently, with probabil
 
     pi = min(1, c * ((1 - floor - sure) * gain / sum(gain) + floor / N + sure * automatic / N_automatic))
 
-where `gain` is what labelling the item is worth to the current model (its uncertainty, raised to
-`focus`, and how few labels its predicted option has so far), `floor` a uniform share that bounds every weight (1 /
+where `gain` is what labelling the item is worth to the current model (its uncertainty, and how few
+labels its predicted option has so far), `floor` a uniform share that bounds every weight (1 /
 pi <= N / (c * floor)), and `sure` a share spread evenly over the N_automatic items the current model
 expects to handle automatically at the target precision (`automatic`): training wants the uncertain
 items, a threshold is certified on the sure ones, and this share is what the draw gives them beyond
@@ -41,13 +41,6 @@ class DrawRule:
         max=0.99,
     )
     rarity: float = 0.5  # how much an option's scarcity of labels raises its items' gain (an exponent)
-    focus: float = option(
-        1.0,
-        "How strongly the draw favours the items the current model is least sure of: an exponent on the "
-        "uncertainty (1: in proportion to it; larger takes the least sure first, the floor unchanged)",
-        min=0.0,
-        max=32.0,
-    )
 
     def __post_init__(self) -> None:
         if self.floor + self.sure > 1.0:
@@ -58,11 +51,11 @@ class DrawRule:
 
 def gain(P: np.ndarray | None, labels_per_option: np.ndarray, rule: DrawRule) -> np.ndarray:
     """What labelling each pool item is worth: the current model's uncertainty (1 minus its top
-    probability, raised to the rule's `focus`), times the scarcity of labels of the option it
-    predicts; 1 everywhere before any model (the draw is then uniform)."""
+    probability), times the scarcity of labels of the option it predicts; 1 everywhere before any
+    model (the draw is then uniform)."""
     if P is None:
         return np.ones(0)
-    uncertainty = (1.0 - P.max(1) + 1e-3) ** rule.focus
+    uncertainty = 1.0 - P.max(1) + 1e-3
     scarcity = (1.0 + labels_per_option[P.argmax(1)]) ** -rule.rarity
     return uncertainty * scarcity
 

@@ -159,7 +159,6 @@ def compare_orders(task, items, y, scored, used, config) -> dict:
         "round_size": config.rule.size,
         "floor": config.rule.floor,
         "sure_share": config.rule.sure,
-        "focus": config.rule.focus,
         "max_labels": config.max_labels,
         "orders": orders,
         "honesty": honesty([r for o in orders.values() for r in o["replays"]], config.run.target_precision),
@@ -206,7 +205,7 @@ def plot_orders(result: dict, path: Path) -> None:
     accuracy.legend(fontsize=8)
     fig.suptitle(
         f"{result['task']}: labelling orders (round of {result['round_size']}, floor {result['floor']:.0%}, "
-        f"sure share {result['sure_share']:.0%}, focus {result['focus']:g})"
+        f"sure share {result['sure_share']:.0%})"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
